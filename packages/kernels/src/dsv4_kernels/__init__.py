@@ -1,0 +1,1 @@
+"""dsv4-kernels: Triton kernels for DeepSeek-V4 metadata and their torch references."""

@@ -1,0 +1,332 @@
+"""The repository's target graph: every package declares its targets, nox reads them.
+
+Each package's ``pyproject.toml`` holds ``[[tool.dsv4.targets]]`` tables. This module
+loads them, validates every field (naming the file and key on error), resolves
+intra-repo dependencies by distribution name, rejects cycles, and answers the
+questions the noxfile and CI ask: which targets carry a tag, and which targets a
+change to some files affects (the reverse-dependency closure, like Bazel's rdeps).
+
+Stdlib only: it runs inside ``nox -l`` before any environment exists.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KINDS = ("test", "bench", "tune", "report")
+TAGS = ("cpu", "gpu", "interpreter", "vllm", "bench")
+TARGET_FIELDS = {
+    "name": "a lowercase name such as 'policy' or 'kernels-gpu'",
+    "kind": f"one of {', '.join(KINDS)}",
+    "tags": f"a list drawn from {', '.join(TAGS)}",
+    "deps": "a list of intra-repo distribution names, e.g. ['dsv4-policy']",
+    "groups": "a list of this package's [dependency-groups] names",
+    "env": "a list of environment variable names allowed in from outside",
+    "set_env": "a table of fixed environment values, e.g. { TRITON_INTERPRET = '1' }",
+    "timeout": "a positive number of seconds",
+    "pytest": "a list of pytest arguments, paths relative to the package",
+    "command": "a list: a console command and its arguments",
+}
+REQUIRED = ("name", "kind", "tags", "timeout")
+_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+class TargetError(ValueError):
+    """A malformed declaration: the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Package:
+    """One installable package of the monorepo."""
+
+    dist: str
+    folder: Path
+    module: str
+    runtime_deps: tuple[str, ...]
+    groups: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One declared target: what a generated nox session runs."""
+
+    name: str
+    kind: str
+    tags: frozenset[str]
+    package: Package
+    deps: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    set_env: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = 600.0
+    pytest: tuple[str, ...] = ()
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Graph:
+    """All packages and targets, with dependencies checked and sorted."""
+
+    root: Path
+    packages: Mapping[str, Package]
+    targets: Mapping[str, Target]
+
+    def tagged(self, tag: str) -> list[Target]:
+        return [t for t in self.targets.values() if tag in t.tags]
+
+    def of_kind(self, kind: str) -> list[Target]:
+        return [t for t in self.targets.values() if t.kind == kind]
+
+    def closure(self, dist: str) -> list[str]:
+        """``dist`` and every intra-repo package it needs at runtime, deps first."""
+        order: list[str] = []
+
+        def visit(name: str) -> None:
+            if name in order:
+                return
+            for dep in self.packages[name].runtime_deps:
+                visit(dep)
+            order.append(name)
+
+        visit(dist)
+        return order
+
+    def target_packages(self, target: Target) -> list[str]:
+        """Every intra-repo distribution a target's environment holds, deps first."""
+        order: list[str] = []
+        for dist in (*target.deps, target.package.dist):
+            for name in self.closure(dist):
+                if name not in order:
+                    order.append(name)
+        return order
+
+    def affected(self, changed_files: Iterable[str]) -> list[Target]:
+        """Targets whose package, or any package they depend on, has a changed file.
+
+        A change outside every package (the noxfile, this module, the lock, CI)
+        affects every target: it can change how any of them runs.
+        """
+        touched: set[str] = set()
+        for raw in changed_files:
+            path = (self.root / raw).resolve()
+            owner = next(
+                (p.dist for p in self.packages.values() if path.is_relative_to(p.folder)),
+                None,
+            )
+            if owner is None:
+                if raw.endswith((".md", ".txt")) and not raw.startswith(("ci/", "tools/")):
+                    continue
+                return list(self.targets.values())
+            touched.add(owner)
+        return [t for t in self.targets.values() if touched & set(self.target_packages(t))]
+
+
+def _fail(path: Path, key: str, message: str) -> TargetError:
+    return TargetError(f"{path}: {key}: {message}")
+
+
+def _str_list(path: Path, key: str, value: object, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(path, key, f"expected {what}, got {value!r}")
+    return tuple(value)
+
+
+def _normalise(dist: str) -> str:
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def _requirement_name(requirement: str) -> str:
+    return _normalise(re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0])
+
+
+def _load_package(pyproject: Path) -> tuple[Package, list[dict]]:
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(pyproject, "(file)", f"not valid TOML: {exc}") from exc
+    project = data.get("project")
+    if not isinstance(project, dict) or not isinstance(project.get("name"), str):
+        raise _fail(pyproject, "project.name", "every package needs a [project] name")
+    dist = _normalise(project["name"])
+    raw_groups = data.get("dependency-groups", {})
+    if not isinstance(raw_groups, dict):
+        raise _fail(pyproject, "dependency-groups", "expected a table of lists")
+    groups = {
+        name: _str_list(pyproject, f"dependency-groups.{name}", reqs, "a list of requirements")
+        for name, reqs in raw_groups.items()
+    }
+    deps = _str_list(
+        pyproject, "project.dependencies", project.get("dependencies", []), "a list"
+    )
+    targets = data.get("tool", {}).get("dsv4", {}).get("targets", [])
+    if not isinstance(targets, list) or not all(isinstance(t, dict) for t in targets):
+        raise _fail(pyproject, "tool.dsv4.targets", "expected an array of tables [[...]]")
+    module = dist.replace("-", "_")
+    package = Package(
+        dist=dist,
+        folder=pyproject.parent.resolve(),
+        module=module,
+        runtime_deps=tuple(_requirement_name(r) for r in deps),
+        groups=groups,
+    )
+    return package, targets
+
+
+def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> Target:
+    where = f"tool.dsv4.targets[{index}]"
+    name = raw.get("name")
+    if isinstance(name, str):
+        where = f"tool.dsv4.targets[{index}] ({name})"
+    unknown = sorted(set(raw) - set(TARGET_FIELDS))
+    if unknown:
+        raise _fail(
+            pyproject,
+            f"{where}.{unknown[0]}",
+            f"unknown field; accepted fields are {', '.join(TARGET_FIELDS)}",
+        )
+    for key in REQUIRED:
+        if key not in raw:
+            raise _fail(pyproject, f"{where}.{key}", f"missing; expected {TARGET_FIELDS[key]}")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail(pyproject, f"{where}.name", f"expected {TARGET_FIELDS['name']}, got {name!r}")
+    kind = raw["kind"]
+    if kind not in KINDS:
+        raise _fail(pyproject, f"{where}.kind", f"expected {TARGET_FIELDS['kind']}, got {kind!r}")
+    tags = _str_list(pyproject, f"{where}.tags", raw["tags"], TARGET_FIELDS["tags"])
+    bad_tags = [t for t in tags if t not in TAGS]
+    if bad_tags or not tags:
+        raise _fail(
+            pyproject, f"{where}.tags", f"expected {TARGET_FIELDS['tags']}, got {list(tags)!r}"
+        )
+    timeout = raw["timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise _fail(
+            pyproject, f"{where}.timeout", f"expected {TARGET_FIELDS['timeout']}, got {timeout!r}"
+        )
+    deps = tuple(
+        _normalise(d)
+        for d in _str_list(pyproject, f"{where}.deps", raw.get("deps", []), TARGET_FIELDS["deps"])
+    )
+    groups = _str_list(pyproject, f"{where}.groups", raw.get("groups", []), TARGET_FIELDS["groups"])
+    for group in groups:
+        if group not in package.groups:
+            known = ", ".join(sorted(package.groups)) or "none"
+            raise _fail(
+                pyproject,
+                f"{where}.groups",
+                f"unknown dependency group {group!r}; this package defines: {known}",
+            )
+    env = _str_list(pyproject, f"{where}.env", raw.get("env", []), TARGET_FIELDS["env"])
+    for var in env:
+        if not _ENV_NAME.match(var):
+            raise _fail(pyproject, f"{where}.env", f"{var!r} is not an environment variable name")
+    set_env = raw.get("set_env", {})
+    if not isinstance(set_env, dict) or not all(
+        isinstance(k, str) and _ENV_NAME.match(k) and isinstance(v, str)
+        for k, v in set_env.items()
+    ):
+        raise _fail(
+            pyproject, f"{where}.set_env", f"expected {TARGET_FIELDS['set_env']}, got {set_env!r}"
+        )
+    pytest_args = _str_list(
+        pyproject, f"{where}.pytest", raw.get("pytest", []), TARGET_FIELDS["pytest"]
+    )
+    command = _str_list(
+        pyproject, f"{where}.command", raw.get("command", []), TARGET_FIELDS["command"]
+    )
+    if bool(pytest_args) == bool(command):
+        raise _fail(pyproject, where, "give exactly one of 'pytest' or 'command'")
+    return Target(
+        name=name,
+        kind=kind,
+        tags=frozenset(tags),
+        package=package,
+        deps=deps,
+        groups=groups,
+        env=env,
+        set_env=dict(set_env),
+        timeout=float(timeout),
+        pytest=pytest_args,
+        command=command,
+    )
+
+
+def _check_cycles(packages: Mapping[str, Package], files: Mapping[str, Path]) -> None:
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = " -> ".join([*trail[trail.index(name) :], name])
+            raise _fail(files[name], "project.dependencies", f"dependency cycle: {cycle}")
+        state[name] = 1
+        for dep in packages[name].runtime_deps:
+            if dep in packages:
+                visit(dep, [*trail, name])
+        state[name] = 2
+
+    for name in packages:
+        visit(name, [])
+
+
+def load(root: Path) -> Graph:
+    """Load and validate every ``packages/*/pyproject.toml`` under ``root``."""
+    root = root.resolve()
+    files: dict[str, Path] = {}
+    packages: dict[str, Package] = {}
+    raw_targets: list[tuple[Path, int, dict, Package]] = []
+    for pyproject in sorted(root.glob("packages/*/pyproject.toml")):
+        package, targets = _load_package(pyproject)
+        if package.dist in packages:
+            raise _fail(pyproject, "project.name", f"{package.dist!r} is declared twice")
+        packages[package.dist] = package
+        files[package.dist] = pyproject
+        raw_targets.extend((pyproject, i, raw, package) for i, raw in enumerate(targets))
+    if not packages:
+        raise TargetError(f"{root}: no packages/*/pyproject.toml found")
+
+    # Keep only intra-repo runtime deps; third-party requirements are the lock's business.
+    packages = {
+        dist: Package(
+            dist=p.dist,
+            folder=p.folder,
+            module=p.module,
+            runtime_deps=tuple(d for d in p.runtime_deps if d in packages),
+            groups=p.groups,
+        )
+        for dist, p in packages.items()
+    }
+    _check_cycles(packages, files)
+
+    targets: dict[str, Target] = {}
+    for pyproject, index, raw, package in raw_targets:
+        target = _parse_target(pyproject, index, raw, packages[package.dist])
+        where = f"tool.dsv4.targets[{index}] ({target.name})"
+        if target.name in targets:
+            other = targets[target.name].package.folder / "pyproject.toml"
+            raise _fail(pyproject, f"{where}.name", f"{target.name!r} is also declared in {other}")
+        installed = {_requirement_name(r) for g in target.groups for r in package.groups[g]}
+        for dep in target.deps:
+            if dep not in packages:
+                raise _fail(
+                    pyproject,
+                    f"{where}.deps",
+                    f"unknown dep {dep!r}; intra-repo packages are {', '.join(sorted(packages))}",
+                )
+            if dep == package.dist:
+                raise _fail(pyproject, f"{where}.deps", "a target need not depend on its own package")
+            if dep not in installed and dep not in packages[package.dist].runtime_deps:
+                raise _fail(
+                    pyproject,
+                    f"{where}.deps",
+                    f"{dep!r} is neither a runtime dependency nor in the target's groups "
+                    f"({', '.join(target.groups) or 'none'}), so no environment would install it",
+                )
+        targets[target.name] = target
+    return Graph(root=root, packages=packages, targets=targets)
