@@ -320,7 +320,9 @@ def load(root: Path) -> Graph:
                     f"unknown dep {dep!r}; intra-repo packages are {', '.join(sorted(packages))}",
                 )
             if dep == package.dist:
-                raise _fail(pyproject, f"{where}.deps", "a target need not depend on its own package")
+                raise _fail(
+                    pyproject, f"{where}.deps", "a target need not depend on its own package"
+                )
             if dep not in installed and dep not in packages[package.dist].runtime_deps:
                 raise _fail(
                     pyproject,
@@ -330,3 +332,23 @@ def load(root: Path) -> Graph:
                 )
         targets[target.name] = target
     return Graph(root=root, packages=packages, targets=targets)
+
+
+
+def affected_sessions(graph: Graph, changed_files: Iterable[str]) -> list[str]:
+    """Nox session names to run for a change: affected targets plus the aggregates
+    that hold them, and the repository checks whenever anything changed."""
+    changed = list(changed_files)
+    if not changed:
+        return []
+    hit = graph.affected(changed)
+    names: list[str] = [t.name for t in hit if "gpu" not in t.tags and t.kind == "test"]
+    if any("gpu" in t.tags and t.kind == "test" for t in hit):
+        names.append("gpu")
+    names += sorted({t.kind for t in hit if t.kind in ("bench", "tune", "report")})
+    names += ["lint"]
+    if hit:
+        names.append("build")
+    if any(not f.startswith("packages/") for f in changed):
+        names.append("meta")
+    return names

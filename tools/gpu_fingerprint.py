@@ -1,0 +1,58 @@
+"""Print one JSON line describing the visible GPU, or an error; exit 3 without one.
+
+The gpu and bench sessions record this beside their results so that a number is
+never read without the GPU, driver, CUDA, torch and triton it came from.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def fingerprint() -> dict:
+    try:
+        import torch
+    except ImportError as exc:
+        return {"error": f"torch is not importable here ({exc})"}
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        return {"error": "torch.cuda.is_available() is False: no CUDA device visible"}
+    props = torch.cuda.get_device_properties(0)
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {
+        "gpu": props.name,
+        "compute_capability": f"{props.major}.{props.minor}",
+        "arch": f"sm{props.major}{props.minor}",
+        "device_count": torch.cuda.device_count(),
+        "multiprocessors": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "driver": _driver_version(),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": sys.version.split()[0],
+    }
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.strip().splitlines()
+    return lines[0] if lines else None
+
+
+if __name__ == "__main__":
+    data = fingerprint()
+    print(json.dumps(data))
+    sys.exit(3 if "error" in data else 0)
