@@ -300,13 +300,14 @@ def build(session: nox.Session) -> None:
 def affected(session: nox.Session) -> None:
     """Sessions whose targets, or whose reverse deps, changed since a git base ref.
 
-    ``nox -s affected -- origin/main`` prints the session names; add ``--run`` to
-    run them. Like Bazel's rdeps: a change to a package affects its own targets and
-    every target whose environment holds that package.
+    ``nox -s affected -- origin/main`` prints the session names. Flags: ``--run`` runs
+    them, ``--cpu-only`` / ``--gpu-only`` keep one runner's share, ``--no-venv`` runs
+    them offline. Like Bazel's rdeps: a change to a package affects its own targets
+    and every target whose environment holds that package.
     """
-    args = list(session.posargs)
-    run = "--run" in args
-    args = [a for a in args if a != "--run"]
+    flags = {"--run", "--cpu-only", "--gpu-only", "--no-venv"}
+    args = [a for a in session.posargs if a not in flags]
+    given = set(session.posargs) & flags
     base = args[0] if args else "origin/main"
     diff = subprocess.run(
         ["git", "diff", "--name-only", f"{base}...HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -315,9 +316,15 @@ def affected(session: nox.Session) -> None:
         session.error(f"git diff against {base!r} failed: {diff.stderr.strip()}")
     changed = [line for line in diff.stdout.splitlines() if line]
     chosen = target_graph.affected_sessions(GRAPH, changed)
-    print(" ".join(chosen))
-    if run and chosen:
-        session.run(sys.executable, "-m", "nox", "-s", *chosen, external=True)
+    gpu_sessions = {"gpu", "bench", "tune", *(t.name for t in GRAPH.tagged("gpu"))}
+    if "--cpu-only" in given:
+        chosen = [name for name in chosen if name not in gpu_sessions]
+    if "--gpu-only" in given:
+        chosen = [name for name in chosen if name in gpu_sessions]
+    print(" ".join(chosen) if chosen else "(nothing affected)")
+    if "--run" in given and chosen:
+        offline = ["--no-venv"] if "--no-venv" in given else []
+        session.run(sys.executable, "-m", "nox", *offline, "-s", *chosen, external=True)
 
 
 nox.options.sessions = [*(t.name for t in CPU_TARGETS), "meta", "lint", "build"]
