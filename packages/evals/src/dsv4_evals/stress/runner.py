@@ -1,0 +1,157 @@
+"""Sending the waves: ``concurrency`` requests in flight, wave after wave.
+
+The seed's run is 8 warm-up waves then 8 measured waves of 32 concurrent requests.
+A wave is a barrier: all of its requests are sent together and the next wave starts
+when the last one returns, so every measured wave meets a server that has already
+seen the warm-up's shapes. Request ``i`` belongs to wave ``i // concurrency``; the
+first ``warmup_waves`` waves are the warm-up. Each result is handed to the store
+the moment it arrives. On interrupt or cancellation the in-flight requests are
+cancelled and nothing already stored is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from .classify import Result, classify_exception, classify_response
+from .payload import Payload
+
+WARMUP = "warmup"
+MEASURED = "measured"
+
+
+@dataclass(frozen=True)
+class StressConfig:
+    """Everything that shapes the requests of one run."""
+
+    base_url: str
+    payload: Payload
+    model: str | None = None
+    concurrency: int = 32
+    warmup_waves: int = 8
+    waves: int = 8
+    max_tokens: int | None = None
+    temperature: float = 0.0
+    timeout: float = 1800.0
+
+    def __post_init__(self) -> None:
+        check_base_url(self.base_url)
+        for name in ("concurrency", "warmup_waves", "waves"):
+            value = getattr(self, name)
+            low = 1 if name != "warmup_waves" else 0
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"--{name.replace('_', '-')} must be an integer >= {low}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError("--max-tokens must be >= 1")
+        if not self.timeout > 0:
+            raise ValueError("--timeout must be a positive number of seconds")
+
+    @property
+    def total(self) -> int:
+        return (self.warmup_waves + self.waves) * self.concurrency
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def body(self) -> dict:
+        return self.payload.request(
+            model=self.model, max_tokens=self.max_tokens, temperature=self.temperature
+        )
+
+    def phase_of(self, index: int) -> tuple[int, str]:
+        wave = index // self.concurrency
+        return wave, WARMUP if wave < self.warmup_waves else MEASURED
+
+
+def check_base_url(url: str) -> None:
+    """An http(s) URL with a host, e.g. http://127.0.0.1:8000/v1."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"--base-url {url!r}: expected an http(s) URL with a host, "
+            "such as http://127.0.0.1:8000/v1 (requests go to <base-url>/chat/completions)"
+        )
+
+
+OnResult = Callable[[dict], None]
+
+
+async def run_stress(
+    config: StressConfig,
+    done: Iterable[int],
+    on_result: OnResult,
+    *,
+    run_id: str = "run",
+) -> None:
+    """Send every request index not in ``done``; call ``on_result`` with each record.
+
+    ``on_result`` runs in this coroutine, in arrival order; it is where the caller
+    stores the record (and may raise to stop the run: the in-flight requests are
+    cancelled before the exception leaves).
+    """
+    skip = set(done)
+    body = config.body()
+    limits = httpx.Limits(
+        max_connections=config.concurrency, max_keepalive_connections=config.concurrency
+    )
+    # trust_env=False: no proxy from the environment, so only --base-url is contacted.
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(config.timeout),
+        limits=limits,
+        trust_env=False,
+        follow_redirects=False,
+    ) as client:
+        for wave in range(config.warmup_waves + config.waves):
+            first = wave * config.concurrency
+            indices = [i for i in range(first, first + config.concurrency) if i not in skip]
+            if indices:
+                await _run_wave(client, config, body, indices, on_result, run_id)
+
+
+async def _run_wave(
+    client: httpx.AsyncClient,
+    config: StressConfig,
+    body: dict,
+    indices: list[int],
+    on_result: OnResult,
+    run_id: str,
+) -> None:
+    tasks = [
+        asyncio.create_task(_one(client, config, body, i, run_id), name=f"stress-{i}")
+        for i in indices
+    ]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            on_result(await next_done)
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _one(
+    client: httpx.AsyncClient, config: StressConfig, body: dict, index: int, run_id: str
+) -> dict:
+    wave, phase = config.phase_of(index)
+    start = time.perf_counter()
+    result = Result(index=index, wave=wave, phase=phase, latency_s=0.0)
+    headers = {"X-Request-Id": f"dsv4-stress-{run_id}-{index}"}
+    try:
+        async with asyncio.timeout(config.timeout):
+            response = await client.post(config.url, json=body, headers=headers)
+        classify_response(result, response.status_code, response.content, config.payload.tool_names)
+    except (httpx.RequestError, TimeoutError) as exc:
+        result.ok = False
+        result.error_class = classify_exception(exc)
+        result.error_detail = f"{type(exc).__name__}: {exc}"[:300]
+    result.latency_s = round(time.perf_counter() - start, 4)
+    return result.to_dict()
