@@ -88,9 +88,10 @@ def _run_target(session: nox.Session, target: target_graph.Target, extra: list[s
         bin_dir=str(Path(_python(session)).parent),
         allow=target.env,
         set_env=target.set_env,
-        gpu="gpu" in target.tags or target.kind in GPU_KINDS,
+        gpu="gpu" in target.tags or target.kind in (*GPU_KINDS, "report"),
         python_path=[str(PLUGIN_DIR), *(_source_path(target) if offline else [])],
     )
+    env["DSV4_ARTIFACTS_DIR"] = str(ARTIFACTS)  # where results go: the session's, not a leak
     timeout = ["timeout", "--kill-after=30", str(int(target.timeout))]
     if target.pytest:
         junit = ARTIFACTS / "junit" / f"{target.name}.xml"

@@ -1,0 +1,150 @@
+"""Bench session plumbing: GPU machine_info, per-GPU stored baselines, and the gates.
+
+Benchmarks only measure. The gates are evaluated once, after every shape has been
+timed, from the numbers the benchmarks recorded:
+
+- in-run ratio gate: at every shape where the table resolves to a different launch,
+  that launch is at least ``MIN_RATIO`` times as fast as the baseline launch (GPU time,
+  CUDA-graph replay medians), and the large anchor shapes reach ANCHORS.md's speed-ups
+  (do_bench medians, the method ANCHORS.md used);
+- regression gate: no shape's table launch is slower than the stored baseline for
+  this GPU model by more than the threshold. Baselines live in
+  ``benchmarks/baselines/<gpu>.json`` at the repository root, one file per GPU
+  model, so an A100 is never compared with an H200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import harness  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+BASELINES = REPO / "benchmarks" / "baselines"
+MIN_RATIO = 0.97
+ANCHOR_SPEEDUPS = {"prefill-T32768-ctx32K": 1.6, "decode-T32768-ctx32K": 2.5}
+RESULTS: dict[str, dict] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dsv4 bench")
+    group.addoption("--regression-threshold", type=float, default=0.25,
+                    help="allowed slowdown against the stored per-GPU baseline (0.25 = 25%%)")
+    group.addoption("--update-baseline", action="store_true",
+                    help="write this run's medians as the stored baseline for this GPU")
+    group.addoption("--results-json", default=None,
+                    help="where to write every measured number (default: artifacts dir)")
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "no CUDA device visible: the bench session measures GPU kernels and cannot "
+            "run on this machine"
+        )
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="session")
+def machine(device: torch.device) -> dict:
+    info = harness.gpu_info(device)
+    info["empty_launch_us"] = harness.empty_launch_us(device)
+    info["copy_bandwidth_tb_s"] = harness.copy_bandwidth_bytes_per_s(device) / 1e12
+    return info
+
+
+@pytest.fixture(scope="session")
+def record():
+    def put(name: str, data: dict) -> None:
+        RESULTS[name] = data
+
+    return put
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    if torch.cuda.is_available():
+        machine_info.update(harness.gpu_info(torch.device("cuda")))
+        machine_info["driver"] = _driver()
+
+
+def _driver() -> str | None:
+    try:
+        import subprocess
+
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    except OSError:
+        return None
+
+
+def _gate_failures(threshold: float, stored: dict | None) -> list[str]:
+    failures = []
+    for name, r in RESULTS.items():
+        if r["table_source"] != "baseline" and r["graph_ratio"] < MIN_RATIO:
+            failures.append(f"{name}: table launch is {r['graph_ratio']:.3f}x the baseline "
+                            f"(GPU time), below {MIN_RATIO}")
+        need = ANCHOR_SPEEDUPS.get(name)
+        if need is not None and r["do_bench_ratio"] < need:
+            failures.append(f"{name}: {r['do_bench_ratio']:.2f}x over the baseline launch, "
+                            f"ANCHORS.md asks for {need}x")
+        if stored and name in stored:
+            before = stored[name]["table_graph_us"]
+            allowed = before * (1 + threshold) + 0.5
+            if r["table_graph_us"] > allowed:
+                failures.append(f"{name}: {r['table_graph_us']:.2f} µs against the stored "
+                                f"{before:.2f} µs (+{threshold:.0%} allowed)")
+    return failures
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not RESULTS or not torch.cuda.is_available():
+        return
+    config = session.config
+    info = harness.gpu_info(torch.device("cuda"))
+    slug = harness.gpu_slug(str(info["gpu"]))
+    stored_path = BASELINES / f"{slug}.json"
+    stored = json.loads(stored_path.read_text())["shapes"] if stored_path.exists() else None
+    failures = _gate_failures(config.getoption("--regression-threshold"), stored)
+    out = config.getoption("--results-json") or os.path.join(
+        os.environ.get("DSV4_ARTIFACTS_DIR", str(REPO / "artifacts")), f"bench-{slug}.json")
+    harness.write_json(Path(out), {"machine": info, "shapes": RESULTS, "failures": failures})
+    if config.getoption("--update-baseline"):
+        harness.write_json(stored_path, {"machine": info, "shapes": {
+            k: {"table_graph_us": v["table_graph_us"], "table_do_bench_us": v["table_do_bench_us"]}
+            for k, v in RESULTS.items()}})
+    config._dsv4_gate = (failures, stored_path if stored else None, out)  # type: ignore[attr-defined]
+    if failures and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not RESULTS:
+        return
+    tr = terminalreporter
+    tr.section("C128A launches (medians, µs)")
+    tr.write_line(f"{'shape':<26}{'capacity':>10}{'baseline':>10}{'table':>9}{'x base':>8}"
+                  f"{'graph x':>9}{'% floor':>9}  table source")
+    for name, r in RESULTS.items():
+        tr.write_line(f"{name:<26}{r['capacity_do_bench_us']:>10.1f}"
+                      f"{r['baseline_do_bench_us']:>10.1f}{r['table_do_bench_us']:>9.1f}"
+                      f"{r['do_bench_ratio']:>8.2f}{r['graph_ratio']:>9.2f}"
+                      f"{r['pct_of_floor']:>8.0f}%  {r['table_source']}")
+    failures, stored, out = getattr(config, "_dsv4_gate", ([], None, None))
+    tr.write_line(f"results: {out}")
+    tr.write_line(f"stored baseline: {stored or 'none for this GPU (gate skipped; '}"
+                  + ("" if stored else "run with --update-baseline to record one)"))
+    if failures:
+        tr.section("bench gates FAILED", red=True)
+        for line in failures:
+            tr.write_line(f"  {line}")
+    else:
+        tr.write_line("bench gates: all passed")

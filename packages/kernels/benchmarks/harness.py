@@ -1,0 +1,318 @@
+"""Shared machinery for the C128A benchmarks, the tuning sweep and the report.
+
+Shapes, input construction, the three launches compared at every shape, GPU-correct
+timers and the bandwidth floor live here once, so that the bench gates, the tuner and
+the report measure exactly the same thing.
+
+Timing: ``triton.testing.do_bench`` medians (CUDA events; warm-up 100 ms, 500 ms of
+repeats), the method ``ANCHORS.md`` used, which includes the host's launch cost; and
+CUDA-graph replay medians (a graph of many launches, timed with events), which is the
+GPU time alone, as a model step under FULL CUDA graphs sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from dsv4_kernels.c128a import build_c128a_topk_metadata
+from dsv4_policy import c128a as policy
+
+COMPRESS_RATIO = 128
+BLOCK_SIZE = 2  # compressed units per KV page, as DeepSeek-V4 serves (256 // 128)
+MILLION = 1 << 20
+POISON = -0x2BADBEEF
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One benchmarked batch: how many decode and prefill tokens at what context."""
+
+    name: str
+    num_decode: int
+    num_prefill: int
+    context: int
+    max_model_len: int = MILLION
+    num_reqs: int = 64
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_decode + self.num_prefill
+
+    @property
+    def phase(self) -> str:
+        if self.num_decode and self.num_prefill:
+            return "mixed"
+        return "decode" if self.num_decode else "prefill"
+
+    @property
+    def capacity(self) -> int:
+        return policy.capacity(self.max_model_len, COMPRESS_RATIO)
+
+    def key(self, arch: str) -> policy.Key:
+        return policy.Key(
+            arch=arch,
+            compress_ratio=COMPRESS_RATIO,
+            max_model_len=self.max_model_len,
+            max_seq_len=self.context,
+            num_decode_tokens=self.num_decode,
+            num_prefill_tokens=self.num_prefill,
+            block_size=BLOCK_SIZE,
+        )
+
+
+def anchor_shapes() -> list[Shape]:
+    """ANCHORS.md's grid: context 32768, capacity 8192 (a 1M deployment), width 256."""
+    shapes = []
+    for tokens in (512, 2048, 8192, 32768):
+        shapes.append(Shape(f"prefill-T{tokens}-ctx32K", 0, tokens, 32768))
+        shapes.append(Shape(f"decode-T{tokens}-ctx32K", tokens, 0, 32768))
+    return shapes
+
+
+def wide_shapes() -> list[Shape]:
+    """Long contexts, single-token and few-token decode, mixed batches, small batches."""
+    return [
+        Shape("decode-T1-ctx1M", 1, 0, MILLION, num_reqs=1),
+        Shape("decode-T4-ctx1M", 4, 0, MILLION, num_reqs=4),
+        Shape("decode-T64-ctx1M", 64, 0, MILLION),
+        Shape("decode-T1-ctx128K", 1, 0, 131072, num_reqs=1),
+        Shape("decode-T256-ctx256K", 256, 0, 262144),
+        Shape("decode-T1-ctx4K", 1, 0, 4096, num_reqs=1),
+        Shape("decode-T32-ctx4K", 32, 0, 4096, num_reqs=32),
+        Shape("prefill-T1-ctx4K", 0, 1, 4096, num_reqs=1),
+        Shape("prefill-T8192-ctx1M", 0, 8192, MILLION, num_reqs=1),
+        Shape("prefill-T2048-ctx128K", 0, 2048, 131072, num_reqs=1),
+        Shape("mixed-D64-P4096-ctx128K", 64, 4096, 131072),
+        Shape("mixed-D256-P8192-ctx32K", 256, 8192, 32768),
+        Shape("mixed-D32-P2048-ctx1M", 32, 2048, MILLION),
+    ]
+
+
+def all_shapes() -> list[Shape]:
+    return anchor_shapes() + wide_shapes()
+
+
+@dataclass
+class Inputs:
+    """Device tensors for one shape, with output buffers sized like vLLM's."""
+
+    positions: torch.Tensor
+    token_to_req: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    decode_buf: torch.Tensor
+    lens_buf: torch.Tensor
+    prefill_buf: torch.Tensor
+    num_decode: int
+
+    def poison(self) -> None:
+        for buf in (self.decode_buf, self.lens_buf, self.prefill_buf):
+            buf.fill_(POISON)
+
+
+def make_inputs(shape: Shape, device: torch.device, seed: int = 0) -> Inputs:
+    """ANCHORS.md's construction: prefill positions ``arange(ctx - T, ctx)``; each decode
+    token belongs to one of ``num_reqs`` requests at a random position in
+    ``[ctx/2, ctx)``; block tables are random permutations of physical pages."""
+    gen = torch.Generator().manual_seed(seed)
+    ctx, cap = shape.context, shape.capacity
+    dec = torch.randint(ctx // 2, ctx, (shape.num_decode,), generator=gen)
+    pre = torch.arange(ctx - shape.num_prefill, ctx)
+    positions = torch.cat([dec, pre]).to(torch.int64)
+    reqs = torch.randint(0, shape.num_reqs, (shape.num_tokens,), generator=gen)
+    pages = -(-cap // BLOCK_SIZE)
+    table = torch.stack([torch.randperm(pages * 4, generator=gen)[:pages] for _ in
+                         range(shape.num_reqs)]).to(torch.int32)
+    slots = torch.randint(0, 1 << 30, (shape.num_tokens,), generator=gen, dtype=torch.int64)
+    rows = max(shape.num_tokens, 1)
+    return Inputs(
+        positions=positions.to(device),
+        token_to_req=reqs.to(torch.int32).to(device),
+        block_table=table.to(device),
+        slot_mapping=slots.to(device),
+        decode_buf=torch.full((rows, cap), POISON, dtype=torch.int32, device=device),
+        lens_buf=torch.full((rows,), POISON, dtype=torch.int32, device=device),
+        prefill_buf=torch.full((rows, cap), POISON, dtype=torch.int32, device=device),
+        num_decode=shape.num_decode,
+    )
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One of the three launches compared at a shape."""
+
+    label: str  # "capacity", "baseline", "table"
+    width: int
+    tokens_per_program: int
+    cols_per_program: int
+    num_warps: int
+    split_width: bool
+    source: str
+
+    @property
+    def tile(self) -> tuple[int, int, int, bool]:
+        return (self.tokens_per_program, self.cols_per_program, self.num_warps, self.split_width)
+
+
+def _spec(label: str, launch: policy.Launch, width: int | None = None) -> LaunchSpec:
+    return LaunchSpec(
+        label=label,
+        width=launch.width if width is None else width,
+        tokens_per_program=launch.tokens_per_program,
+        cols_per_program=launch.cols_per_program,
+        num_warps=launch.num_warps,
+        split_width=launch.split_width,
+        source=launch.source,
+    )
+
+
+def launches(shape: Shape, arch: str, table: object | None = None) -> dict[str, LaunchSpec]:
+    """Capacity launch (upstream tiles, every column), baseline (upstream adaptive
+    width) and whatever the policy resolves for this GPU."""
+    key = shape.key(arch)
+    base = policy.baseline(key)
+    resolved = policy.resolve(key) if table is None else policy.resolve(key, table)
+    return {
+        "capacity": _spec("capacity", base, width=base.row_stride),
+        "baseline": _spec("baseline", base),
+        "table": _spec("table", resolved),
+    }
+
+
+def runner(inputs: Inputs, spec: LaunchSpec) -> Callable[[], object]:
+    """A zero-argument callable doing exactly one launch, through the public API."""
+
+    def run() -> object:
+        return build_c128a_topk_metadata(
+            inputs.positions,
+            COMPRESS_RATIO,
+            inputs.num_decode,
+            inputs.token_to_req,
+            inputs.block_table,
+            BLOCK_SIZE,
+            inputs.slot_mapping,
+            inputs.decode_buf,
+            inputs.lens_buf,
+            inputs.prefill_buf,
+            width=spec.width,
+            tokens_per_program=spec.tokens_per_program,
+            cols_per_program=spec.cols_per_program,
+            num_warps=spec.num_warps,
+            split_width=spec.split_width,
+        )
+
+    return run
+
+
+# ----------------------------------------------------------------------------- timers
+def do_bench_us(fn: Callable[[], object], warmup_ms: int = 100, rep_ms: int = 500) -> float:
+    """Median µs per call with ``triton.testing.do_bench`` (ANCHORS.md's method)."""
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
+                                         return_mode="median")) * 1000.0
+
+
+def graph_us(fn: Callable[[], object], launches_per_graph: int = 20, reps: int = 30) -> float:
+    """Median µs per launch over replays of a CUDA graph of back-to-back launches."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches_per_graph):
+            fn()
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / launches_per_graph)
+    del graph
+    return statistics.median(times)
+
+
+@triton.jit
+def _empty_kernel(ptr, FLAG: tl.constexpr):
+    if FLAG:
+        tl.store(ptr, 1)
+
+
+def empty_launch_us(device: torch.device) -> float:
+    """An empty Triton launch under do_bench: the time floor of any launch."""
+    dummy = torch.empty(1, dtype=torch.int32, device=device)
+    return do_bench_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False))
+
+
+def copy_bandwidth_bytes_per_s(device: torch.device, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes // 4, dtype=torch.int32, device=device).random_()
+    dst = torch.empty_like(src)
+    us = do_bench_us(lambda: dst.copy_(src), warmup_ms=50, rep_ms=300)
+    return 2 * nbytes / (us * 1e-6)
+
+
+def bytes_written(shape: Shape, width: int) -> int:
+    """What any correct launch must write: ``T * width`` int32s plus the decode lengths."""
+    return 4 * (shape.num_tokens * width + shape.num_decode)
+
+
+def floor_us(shape: Shape, width: int, bandwidth: float) -> float:
+    return bytes_written(shape, width) / bandwidth * 1e6
+
+
+# ----------------------------------------------------------------------------- checks
+def outputs_equal(shape: Shape, device: torch.device, a: LaunchSpec, b: LaunchSpec) -> bool:
+    """Both launches leave bit-identical buffers (written and untouched parts alike)."""
+    results = []
+    for spec in (a, b):
+        inputs = make_inputs(shape, device, seed=7)
+        runner(inputs, spec)()
+        results.append((inputs.decode_buf, inputs.lens_buf, inputs.prefill_buf))
+    torch.cuda.synchronize(device)
+    return all(torch.equal(x, y) for x, y in zip(results[0], results[1], strict=True))
+
+
+def gpu_info(device: torch.device) -> dict[str, object]:
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "gpu": props.name,
+        "arch": f"sm{props.major}{props.minor}",
+        "compute_capability": f"{props.major}.{props.minor}",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+    }
+
+
+def gpu_slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)  # type: ignore[arg-type]
+    raise TypeError(f"not JSON-serialisable: {value!r}")
+
+
+def geometric_tokens(buckets: Iterable[tuple[int, int]]) -> list[int]:
+    """A representative token count for each inclusive bucket (its geometric middle)."""
+    return [max(lo, min(hi, round((lo * hi) ** 0.5))) for lo, hi in buckets]
