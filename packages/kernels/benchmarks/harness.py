@@ -214,7 +214,12 @@ def runner(inputs: Inputs, spec: LaunchSpec) -> Callable[[], object]:
 
 # ----------------------------------------------------------------------------- timers
 def do_bench_us(fn: Callable[[], object], warmup_ms: int = 100, rep_ms: int = 500) -> float:
-    """Median µs per call with ``triton.testing.do_bench`` (ANCHORS.md's method)."""
+    """Median µs per call with ``triton.testing.do_bench`` (ANCHORS.md's method).
+
+    One call and a sync first, so that a compile never lands in do_bench's own
+    estimate of how many repeats to run."""
+    fn()
+    torch.cuda.synchronize()
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms,
                                          return_mode="median")) * 1000.0
 
