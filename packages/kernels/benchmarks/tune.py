@@ -88,7 +88,8 @@ class Bucket:
             "mixed": {"num_decode_tokens": (1, 1 << 20), "num_prefill_tokens": (lo, hi)},
         }[self.phase]
         return {"arch": [arch], "compress_ratio": [harness.COMPRESS_RATIO],
-                "max_seq_len": self.seq_len_range(), **tokens}
+                "max_seq_len": policy.Range(*self.seq_len_range()),
+                **{name: policy.Range(lo, hi) for name, (lo, hi) in tokens.items()}}
 
 
 def buckets() -> list[Bucket]:
@@ -155,14 +156,13 @@ def to_entries(merged: list[dict], arch: str, gpu: str, versions: str) -> list:
         b = m["bucket"]
         match = b.match(arch)
         key = "num_decode_tokens" if b.phase == "decode" else "num_prefill_tokens"
-        match[key] = m["tokens"]
+        match[key] = policy.Range(*m["tokens"])
         tpp, cpp, warps, split = m["best"]
         speedups = ", ".join(f"{e['shape']} {e['confirm_speedup']:.2f}x" for e in m["evidence"])
         entries.append(policy.Entry(
             id=f"{arch}-{b.phase}-w{b.width}-t{m['tokens'][0]}-{m['tokens'][1]}",
             match=match,
-            launch={"tokens_per_program": tpp, "cols_per_program": cpp,
-                    "num_warps": warps, "split_width": split},
+            config=policy.Tile(tpp, cpp, warps, split),
             provenance={"gpu": gpu, "date": today, "versions": versions,
                         "speedup_vs_baseline": speedups,
                         "command": "nox -s tune"},
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     winners = merge(choose(results, args.margin))
     old_text = args.table.read_text() if args.table.exists() else ""
     old = policy.load_table(args.table) if old_text else None
-    kept = [e for e in (old.entries if old else []) if arch not in e.match.get("arch", ())]
+    kept = [e for e in (old.entries if old else []) if arch not in e.match.get("arch", {arch})]
     entries = kept + to_entries(winners, arch, gpu, versions)
     header = ("C128A launch table. Entries are written by `nox -s tune` from measurements; "
               "a key no entry matches gets the upstream launch unchanged.")
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: a candidate tile changed the outputs; table not written", file=sys.stderr)
         return 1
     if not args.dry_run:
-        policy.load_table_text(new_text, source=str(args.table))  # validate before writing
+        policy.loads_table(new_text, source=str(args.table))  # validate before writing
         args.table.write_text(new_text)
         print(f"wrote {args.table}")
     return 0
