@@ -24,7 +24,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import harness  # noqa: E402
+import harness
 
 REPO = Path(__file__).resolve().parents[3]
 BASELINES = REPO / "benchmarks" / "baselines"

@@ -10,10 +10,9 @@ three launches go into ``extra_info`` and feed the gates in ``conftest.py``.
 
 from __future__ import annotations
 
+import harness
 import pytest
 import torch
-
-import harness
 
 LAUNCHES = 50
 

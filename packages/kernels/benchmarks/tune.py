@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from dsv4_policy import c128a as policy  # noqa: E402
+import harness
+from dsv4_policy import c128a as policy
 
 TABLE = Path(policy.__file__).resolve().parent / "tables" / "c128a.toml"
 WIDTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
