@@ -225,3 +225,38 @@ def test_resume_refuses_a_different_run(tmp_path: Path, capsys) -> None:
         assert main(changed) == 2
     err = capsys.readouterr().err
     assert "concurrency: recorded 4, now 2" in err
+
+
+def _expected_width(max_model_len: int, seq: int) -> tuple[int, int]:
+    """The seed's formula, written out here: capacity and active width."""
+    cap = -(-max_model_len // 128)
+    cap = -(-cap // 128) * 128
+    n = max(seq // 128, 1)
+    pow2 = 1 << (n - 1).bit_length()
+    return cap, min(max(pow2, 128), cap)
+
+
+def test_the_report_names_the_c128a_width_exercised(tmp_path: Path) -> None:
+    plan = make_plan(21, ["text", "tools1", "tools6"])
+    out = tmp_path / "run"
+    with ScriptedServer(plan.__getitem__) as server:
+        assert main(argv(server, out, "--max-model-len", "81920")) == 0
+    report = json.loads((out / "report.json").read_text())
+    longest = PROMPT_TOKENS + max(completion_tokens(i) for i in range(TOTAL))
+    cap, width = _expected_width(81920, longest)
+    assert (cap, width) == (640, 128)  # the seed's run: width 128, row stride 640
+    assert report["c128a"] == {
+        "max_model_len": 81920, "longest_sequence": longest, "capacity": cap, "width": width,
+    }  # fmt: skip
+    md = (out / "report.md").read_text()
+    assert f"exercised logical C128A width {width} with the capacity row stride {cap}" in md
+
+
+@pytest.mark.parametrize(("max_model_len", "seq"), [(1 << 20, 100_000), (131072, 70_000),
+                                                    (1 << 20, 1 << 20), (4096, 10)])  # fmt: skip
+def test_c128a_width_follows_the_formula(max_model_len: int, seq: int) -> None:
+    from dsv4_evals.stress.width import c128a_widths
+
+    cap, width = _expected_width(max_model_len, seq)
+    got = c128a_widths(max_model_len, seq)
+    assert got is not None and (got["capacity"], got["width"]) == (cap, width)

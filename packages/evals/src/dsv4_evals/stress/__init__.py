@@ -63,6 +63,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per request, total")
     p.add_argument("--server-log", type=Path, help="server log file to scan for errors")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        help="the server's max_model_len: report the C128A width the run exercised",
+    )
     p.add_argument("--out", type=Path, default=Path("stress-out"), help="output directory")
     p.add_argument(
         "--resume",
@@ -129,6 +134,8 @@ def run_command(
             timeout=args.timeout,
         )
         body = config.body()
+        if args.max_model_len is not None and args.max_model_len < 1:
+            raise ValueError("--max-model-len must be a positive number of tokens")
         if args.server_log is not None and not args.server_log.is_file():
             raise ValueError(f"--server-log {args.server_log}: no such file")
         identity = {
@@ -174,6 +181,7 @@ def run_command(
         config.total,
         log_scan,
         str(args.server_log) if args.server_log is not None else None,
+        max_model_len=args.max_model_len,
     )
     write_atomic(store.dir / "report.json", to_json(report))
     write_atomic(store.dir / "report.md", render_markdown(report))

@@ -16,6 +16,7 @@ from typing import Any
 from .._report import markdown_table
 from .logscan import PatternHits
 from .runner import MEASURED, WARMUP
+from .width import c128a_widths
 
 HIT_DEFINITION = 'finish_reason == "length", empty content, and no tool calls'
 
@@ -40,6 +41,7 @@ def build_report(
     expected: int,
     log_scan: Mapping[str, PatternHits] | None,
     log_path: str | None,
+    max_model_len: int | None = None,
 ) -> dict[str, Any]:
     """The report as a JSON-ready dict; ``verdict.passed`` decides the exit code."""
     ordered = [records[i] for i in sorted(records)]
@@ -78,6 +80,11 @@ def build_report(
             },
         },
     }
+    report["c128a"] = (
+        c128a_widths(max_model_len, report["tokens"]["largest_prompt_plus_completion"])
+        if max_model_len is not None
+        else None
+    )
     report["verdict"] = _verdict(report)
     return report
 
@@ -165,6 +172,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _tool_line(report),
         _log_line(report),
         _token_line(tok),
+        *_width_lines(report.get("c128a")),
         "",
         verdict_line,
         "",
@@ -243,3 +251,13 @@ def _token_line(tok: dict[str, Any]) -> str:
         f"- The prompt was {prompt} tokens and the largest prompt-plus-completion was "
         f"{tok['largest_prompt_plus_completion']:,} tokens (request #{tok['largest_at_index']})."
     )
+
+
+def _width_lines(c: dict[str, Any] | None) -> list[str]:
+    if c is None:
+        return []
+    return [
+        f"- With max_model_len {c['max_model_len']:,}, the longest sequence "
+        f"({c['longest_sequence']:,} tokens) exercised logical C128A width {c['width']} "
+        f"with the capacity row stride {c['capacity']}."
+    ]
