@@ -4,9 +4,11 @@ Benchmarks only measure. The gates are evaluated once, after every shape has bee
 timed, from the numbers the benchmarks recorded:
 
 - in-run ratio gate: at every shape where the table resolves to a different launch,
-  that launch is at least ``MIN_RATIO`` times as fast as the baseline launch (GPU time,
-  CUDA-graph replay medians), and the large anchor shapes reach ANCHORS.md's speed-ups
-  (do_bench medians, the method ANCHORS.md used);
+  that launch is at least ``MIN_RATIO`` times as fast as the baseline launch, and the
+  large anchor shapes reach ANCHORS.md's speed-ups. Both use CUDA-graph replay medians
+  (GPU time): do_bench medians of few-µs launches swing with the host's launch cost
+  (seen from 9 to 47 µs for one 2.5 µs launch on one H200 host), so they are
+  recorded but never gated on;
 - regression gate: no shape's table launch is slower than the stored baseline for
   this GPU model by more than the threshold. Baselines live in
   ``benchmarks/baselines/<gpu>.json`` at the repository root, one file per GPU
@@ -57,6 +59,7 @@ def device() -> torch.device:
 def machine(device: torch.device) -> dict:
     info = harness.gpu_info(device)
     info["empty_launch_us"] = harness.empty_launch_us(device)
+    info["empty_launch_graph_us"] = harness.empty_launch_graph_us(device)
     info["copy_bandwidth_tb_s"] = harness.copy_bandwidth_bytes_per_s(device) / 1e12
     return info
 
@@ -93,8 +96,8 @@ def _gate_failures(threshold: float, stored: dict | None) -> list[str]:
             failures.append(f"{name}: table launch is {r['graph_ratio']:.3f}x the baseline "
                             f"(GPU time), below {MIN_RATIO}")
         need = ANCHOR_SPEEDUPS.get(name)
-        if need is not None and r["do_bench_ratio"] < need:
-            failures.append(f"{name}: {r['do_bench_ratio']:.2f}x over the baseline launch, "
+        if need is not None and r["graph_ratio"] < need:
+            failures.append(f"{name}: {r['graph_ratio']:.2f}x over the baseline launch, "
                             f"ANCHORS.md asks for {need}x")
         if stored and name in stored:
             before = stored[name]["table_graph_us"]
@@ -131,13 +134,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.section("C128A launches (medians, µs)")
-    tr.write_line(f"{'shape':<26}{'capacity':>10}{'baseline':>10}{'table':>9}{'x base':>8}"
-                  f"{'graph x':>9}{'% floor':>9}  table source")
+    tr.write_line("GPU time (CUDA-graph replay, per launch) and do_bench (host launch cost "
+                  "included)")
+    tr.write_line(f"{'shape':<26}{'capacity':>9}{'baseline':>9}{'table':>8}{'x base':>8}"
+                  f"{'% ideal':>8}{'do_bench b/t':>14}  table source")
     for name, r in RESULTS.items():
-        tr.write_line(f"{name:<26}{r['capacity_do_bench_us']:>10.1f}"
-                      f"{r['baseline_do_bench_us']:>10.1f}{r['table_do_bench_us']:>9.1f}"
-                      f"{r['do_bench_ratio']:>8.2f}{r['graph_ratio']:>9.2f}"
-                      f"{r['pct_of_floor']:>8.0f}%  {r['table_source']}")
+        tr.write_line(f"{name:<26}{r['capacity_graph_us']:>9.2f}"
+                      f"{r['baseline_graph_us']:>9.2f}{r['table_graph_us']:>8.2f}"
+                      f"{r['graph_ratio']:>8.2f}{r['graph_pct_of_ideal']:>7.0f}%"
+                      f"{r['baseline_do_bench_us']:>7.1f}/{r['table_do_bench_us']:<6.1f}"
+                      f"  {r['table_source']}")
     failures, stored, out = getattr(config, "_dsv4_gate", ([], None, None))
     tr.write_line(f"results: {out}")
     tr.write_line(f"stored baseline: {stored or 'none for this GPU (gate skipped; '}"

@@ -262,6 +262,12 @@ def empty_launch_us(device: torch.device) -> float:
     return do_bench_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False))
 
 
+def empty_launch_graph_us(device: torch.device) -> float:
+    """An empty Triton launch inside a CUDA graph: the floor under graph replay."""
+    dummy = torch.empty(1, dtype=torch.int32, device=device)
+    return graph_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False))
+
+
 def copy_bandwidth_bytes_per_s(device: torch.device, nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, dtype=torch.int32, device=device).random_()

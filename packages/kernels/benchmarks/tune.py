@@ -103,9 +103,9 @@ def spec_for(tile: tuple, width: int, label: str = "candidate") -> harness.Launc
     return harness.LaunchSpec(label, width, *tile, source=label)
 
 
-def sweep_bucket(bucket: Bucket, device: torch.device) -> dict:
+def sweep_bucket(bucket: Bucket, device: torch.device, arch: str) -> dict:
     shape = bucket.shape()
-    width = harness.launches(shape, "none")["baseline"].width
+    width = policy.active_width(shape.key(arch))
     inputs = harness.make_inputs(shape, device)
     times = {tile: harness.graph_us(harness.runner(inputs, spec_for(tile, width)),
                                     launches_per_graph=10, reps=10)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     t0 = time.perf_counter()
     for i, bucket in enumerate(todo, 1):
-        r = sweep_bucket(bucket, device)
+        r = sweep_bucket(bucket, device, arch)
         results.append(r)
         print(f"[{i:3d}/{len(todo)}] {r['shape']:<24} best {r['best']} "
               f"{r['confirm_speedup']:.2f}x ({r['baseline_us']:.2f} -> {r['best_us']:.2f} µs)"
