@@ -218,7 +218,10 @@ def _by_phase_table(label: str, ph: dict[str, Any], key: str) -> str:
 
 def _tool_line(report: dict[str, Any]) -> str:
     total = report["phases"]["total"]
-    hist = ", ".join(f"{k} for {v} responses" for k, v in report["tool_call_histogram"].items())
+    hist = ", ".join(
+        f"{k} for {v} response{'s' if v != 1 else ''}"
+        for k, v in report["tool_call_histogram"].items()
+    )
     bad = total["invalid_tool_call_responses"]
     validity = (
         "all tool calls used declared tool names with JSON-decodable arguments"

@@ -152,6 +152,7 @@ async def _one(
     except (httpx.RequestError, TimeoutError) as exc:
         result.ok = False
         result.error_class = classify_exception(exc)
-        result.error_detail = f"{type(exc).__name__}: {exc}"[:300]
+        detail = str(exc) or f"no complete response within {config.timeout:g} s"
+        result.error_detail = f"{type(exc).__name__}: {detail}"[:300]
     result.latency_s = round(time.perf_counter() - start, 4)
     return result.to_dict()
