@@ -260,3 +260,52 @@ def test_c128a_width_follows_the_formula(max_model_len: int, seq: int) -> None:
     cap, width = _expected_width(max_model_len, seq)
     got = c128a_widths(max_model_len, seq)
     assert got is not None and (got["capacity"], got["width"]) == (cap, width)
+
+
+def test_ctrl_c_in_a_real_process_keeps_results_and_resume_finishes(tmp_path: Path) -> None:
+    """SIGINT to a running ``stress`` process: exit 130, every stored line intact."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    behaviour = {"later": "slow"}
+    first_waves = CONCURRENCY * 2
+
+    def plan(i: int) -> str:
+        return "text" if i < first_waves else behaviour["later"]
+
+    out = tmp_path / "run"
+    code = (
+        "import argparse, sys\n"
+        "from dsv4_evals import stress\n"
+        "p = argparse.ArgumentParser()\n"
+        "stress.register(p.add_subparsers())\n"
+        "ns = p.parse_args(sys.argv[1:])\n"
+        "sys.exit(ns.func(ns))\n"
+    )
+    with ScriptedServer(plan, slow_s=4.0) as server:
+        args = argv(server, out)
+        args[args.index("--timeout") + 1] = "60"
+        proc = subprocess.Popen([sys.executable, "-c", code, *args], env=dict(os.environ),
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        results = out / "results.jsonl"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if results.exists() and len(results.read_text().splitlines()) >= first_waves:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)  # the third wave is now in flight, stuck on slow answers
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "--resume" in err
+        lines = results.read_text().splitlines()
+        assert sorted(json.loads(x)["index"] for x in lines) == list(range(first_waves))
+        assert not json.loads((out / "report.json").read_text())["complete"]
+
+        behaviour["later"] = "tools4"
+        assert main(argv(server, out, "--resume")) == 0
+    indices = [json.loads(x)["index"] for x in results.read_text().splitlines()]
+    assert sorted(indices) == list(range(TOTAL))
