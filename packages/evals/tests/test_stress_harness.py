@@ -9,7 +9,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +22,7 @@ import pytest
 from _http_scripted_server import BEHAVIOURS, PROMPT_TOKENS, ScriptedServer, completion_tokens
 from dsv4_evals import stress
 from dsv4_evals.stress import run_command
+from dsv4_evals.stress.width import c128a_widths
 from rich.console import Console
 
 PAYLOAD = Path(__file__).parent / "data" / "stress" / "payload.json"
@@ -255,8 +261,6 @@ def test_the_report_names_the_c128a_width_exercised(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("max_model_len", "seq"), [(1 << 20, 100_000), (131072, 70_000),
                                                     (1 << 20, 1 << 20), (4096, 10)])  # fmt: skip
 def test_c128a_width_follows_the_formula(max_model_len: int, seq: int) -> None:
-    from dsv4_evals.stress.width import c128a_widths
-
     cap, width = _expected_width(max_model_len, seq)
     got = c128a_widths(max_model_len, seq)
     assert got is not None and (got["capacity"], got["width"]) == (cap, width)
@@ -264,12 +268,6 @@ def test_c128a_width_follows_the_formula(max_model_len: int, seq: int) -> None:
 
 def test_ctrl_c_in_a_real_process_keeps_results_and_resume_finishes(tmp_path: Path) -> None:
     """SIGINT to a running ``stress`` process: exit 130, every stored line intact."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     behaviour = {"later": "slow"}
     first_waves = CONCURRENCY * 2
 
