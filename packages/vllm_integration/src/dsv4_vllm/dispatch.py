@@ -1,0 +1,300 @@
+"""The callable that stands in for vLLM's ``build_c128a_topk_metadata``.
+
+vLLM's metadata builder looks the function up as a module global on every call, so
+replacing that global with a :class:`C128ADispatch` routes every C128A metadata
+build through here. Per call it builds the policy ``Key`` from the arguments and
+either
+
+* runs ``dsv4_kernels`` with the table's tile (a table hit), keeping vLLM's width
+  and the buffers' capacity row stride, or
+* calls vLLM's original function with the very same arguments, in the same
+  positional/keyword form (a miss), so the result is upstream's by construction.
+
+Anything the wrapper cannot read with certainty is a miss. The decision is cached
+per call shape, so the hot path is a tuple lookup plus the launch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from dsv4_kernels import c128a as kernels_c128a
+from dsv4_policy import c128a as policy_c128a
+from dsv4_policy.c128a import Key, Launch, Table
+
+from dsv4_vllm._log import logger
+from dsv4_vllm.arch import DeviceArch
+from dsv4_vllm.guard import EXPECTED_PARAMETERS
+from dsv4_vllm.warmup import warm_compile_keys
+
+ArchOf = Callable[[torch.device], "str | None"]
+Resolver = Callable[[Key], Launch]
+Warm = Callable[..., int]
+
+_NAMES = tuple(name for name, _ in EXPECTED_PARAMETERS)
+_WIDTH_DEFAULT = EXPECTED_PARAMETERS[-1][1]
+_KWARGS_AFTER = tuple(frozenset(_NAMES[i:]) for i in range(len(_NAMES) + 1))
+_CACHE_LIMIT = 4096
+_UNSET: Any = object()
+
+
+def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The 11 arguments in declaration order, or ``None`` when the call is unusual.
+
+    An unusual call (too many arguments, an unknown or repeated keyword, a missing
+    one) goes to the original function, which raises exactly as upstream would.
+    """
+    count = len(args)
+    if not kwargs and count == len(_NAMES):
+        return args
+    if count > len(_NAMES) or not kwargs.keys() <= _KWARGS_AFTER[count]:
+        return None
+    tail = []
+    for name in _NAMES[count:]:
+        if name in kwargs:
+            tail.append(kwargs[name])
+        elif name == "max_compressed_tokens":
+            tail.append(_WIDTH_DEFAULT)
+        else:
+            return None
+    return (*args, *tail)
+
+
+def _device_token(device: torch.device | str) -> str:
+    """One spelling per device: ``cuda`` without an index means the current one."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
+
+
+class C128ADispatch:
+    """Drop-in for ``build_c128a_topk_metadata``: table hits run dsv4 kernels.
+
+    ``resolve`` (a ``Key -> Launch`` function) and ``arch_of`` (a ``torch.device ->
+    "smXY" | None`` function) are injectable, so the decision can be tested on a
+    machine without a GPU. ``table`` is the policy table; ``None`` is the shipped one.
+    """
+
+    def __init__(
+        self,
+        original: Callable[..., Any],
+        *,
+        table: Table | None = None,
+        resolve: Resolver | None = None,
+        arch_of: ArchOf | None = None,
+        warm: Warm = warm_compile_keys,
+        lazy_warmup: bool = True,
+    ) -> None:
+        functools.update_wrapper(self, original)
+        self.original = original
+        self.table = table
+        self.arch_of: ArchOf = arch_of if arch_of is not None else DeviceArch()
+        self._resolve: Resolver = resolve if resolve is not None else self._shipped_resolve
+        self._warm = warm
+        self.lazy_warmup = lazy_warmup
+        self.enabled = True
+        self.hits = 0
+        self.misses = 0
+        self.max_model_lens: dict[tuple[int, int], int] = {}
+        self._warmed: set[tuple[str, int, str]] = set()
+        self._decisions: dict[tuple[Any, ...], tuple[Launch, int] | None] = {}
+
+    def _shipped_resolve(self, key: Key) -> Launch:
+        return policy_c128a.resolve(key, self.table)
+
+    def configure(
+        self,
+        *,
+        table: Table | None = _UNSET,
+        resolve: Resolver | None = _UNSET,
+        arch_of: ArchOf | None = _UNSET,
+        warm: Warm | None = _UNSET,
+    ) -> None:
+        """Swap the table, resolver, arch source or warm-up (``None``: the default)."""
+        if table is not _UNSET:
+            self.table = table
+        if resolve is not _UNSET:
+            self._resolve = resolve if resolve is not None else self._shipped_resolve
+        if arch_of is not _UNSET:
+            self.arch_of = arch_of if arch_of is not None else DeviceArch()
+        if warm is not _UNSET:
+            self._warm = warm if warm is not None else warm_compile_keys
+        self._decisions.clear()
+
+    # -- deployment facts, recorded while vLLM starts ---------------------------------
+
+    def record_deployment(self, max_model_len: int, compress_ratio: int) -> int:
+        """Remember the real ``max_model_len`` behind buffers of its capacity.
+
+        Without it the key uses ``capacity * compress_ratio``, whose policy capacity
+        is the same (capacity is a multiple of 128), so both pick the same entries
+        unless a table keys on ``max_model_len`` more finely than capacity does.
+        """
+        capacity = policy_c128a.capacity(max_model_len, compress_ratio)
+        self.max_model_lens[(capacity, compress_ratio)] = max_model_len
+        self._decisions.clear()
+        return capacity
+
+    def on_builder_ready(
+        self, compress_ratio: int, max_model_len: int, device: torch.device
+    ) -> None:
+        """Called after vLLM built a DSV4 metadata builder: record and warm up."""
+        if compress_ratio != 128:
+            return
+        self.record_deployment(max_model_len, compress_ratio)
+        arch = self.arch_of(device)
+        if arch is not None:
+            self.warm_once(arch, max_model_len, device)
+
+    def warm_once(self, arch: str, max_model_len: int, device: torch.device) -> bool:
+        """Warm ``(arch, max_model_len, device)`` unless done; ``False`` if it failed.
+
+        A failed warm-up turns the patch off for the rest of the process, so vLLM's
+        own function serves every later call instead of a half-compiled table.
+        """
+        token = (arch, max_model_len, _device_token(device))
+        if token in self._warmed:
+            return True
+        try:
+            self._warm(arch, max_model_len, device, table=self.table)
+        except Exception:
+            logger.warning(
+                "dsv4 warm-up failed for %s, max_model_len=%d on %s; C128A metadata "
+                "falls back to vLLM's own kernel for the rest of this process",
+                arch,
+                max_model_len,
+                device,
+                exc_info=True,
+            )
+            self.enabled = False
+            return False
+        self._warmed.add(token)
+        return True
+
+    # -- per call ---------------------------------------------------------------------
+
+    def decide(self, values: tuple[Any, ...]) -> tuple[Launch, int] | None:
+        """The table's launch and the max_model_len used, or ``None`` for a miss."""
+        positions = values[0]
+        compress_ratio, num_decode, block_size = values[1], values[2], values[5]
+        global_decode, prefill, width = values[7], values[9], values[10]
+        arch = self.arch_of(positions.device)
+        if arch is None:
+            return None
+        shape = (
+            arch,
+            compress_ratio,
+            prefill.shape[1],
+            global_decode.shape[1],
+            width,
+            positions.shape[0],
+            num_decode,
+            block_size,
+        )
+        try:
+            return self._decisions[shape]
+        except KeyError:
+            pass
+        decision = self._decide_uncached(*shape)
+        if len(self._decisions) >= _CACHE_LIMIT:
+            self._decisions.clear()
+        self._decisions[shape] = decision
+        return decision
+
+    def _decide_uncached(
+        self,
+        arch: str,
+        compress_ratio: int,
+        capacity: int,
+        decode_capacity: int,
+        width: int,
+        num_tokens: int,
+        num_decode: int,
+        block_size: int,
+    ) -> tuple[Launch, int] | None:
+        ints = (compress_ratio, capacity, width, num_tokens, num_decode, block_size)
+        if decode_capacity != capacity or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in ints
+        ):
+            return None
+        if compress_ratio <= 0 or not 0 <= num_decode <= num_tokens or width <= 0:
+            return None
+        max_model_len = self.max_model_lens.get(
+            (capacity, compress_ratio), capacity * compress_ratio
+        )
+        try:
+            if policy_c128a.capacity(max_model_len, compress_ratio) != capacity:
+                return None
+            key = Key(
+                arch=arch,
+                compress_ratio=compress_ratio,
+                max_model_len=max_model_len,
+                # Any max_seq_len in (w/2 * r, w * r] gives vLLM's width w; the top of
+                # that class is capped by max_model_len, which keeps the width (the
+                # check below makes sure).
+                max_seq_len=min(width * compress_ratio, max_model_len),
+                num_decode_tokens=num_decode,
+                num_prefill_tokens=num_tokens - num_decode,
+                block_size=block_size,
+            )
+            if policy_c128a.active_width(key) != width:
+                return None
+            launch = self._resolve(key)
+        except Exception:
+            logger.warning(
+                "dsv4: could not resolve a C128A launch for %s; using vLLM's kernel",
+                (arch, compress_ratio, capacity, width, num_tokens, num_decode, block_size),
+                exc_info=True,
+            )
+            return None
+        if (
+            launch.source == "baseline"
+            or launch.width != width
+            or launch.row_stride != capacity
+        ):
+            return None
+        return launch, max_model_len
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.enabled:
+            values = _bind(args, kwargs)
+            decision = None if values is None else self.decide(values)
+            if decision is not None and self._warmed_for(values[0], *decision):
+                self.hits += 1
+                return self._run_hit(values, decision[0])
+        self.misses += 1
+        return self.original(*args, **kwargs)
+
+    def _warmed_for(self, positions: torch.Tensor, launch: Launch, max_model_len: int) -> bool:
+        """Lazy fallback warm-up on a deployment's first hit; ``False`` if it failed.
+
+        Skipped while a CUDA graph is being captured (nothing may be launched on the
+        side then); the hit's own launch still compiles its tile if it must.
+        """
+        if not self.lazy_warmup:
+            return True
+        device = positions.device
+        arch = self.arch_of(device)
+        if arch is None:
+            return False
+        if (arch, max_model_len, _device_token(device)) in self._warmed:
+            return True
+        if positions.is_cuda and torch.cuda.is_current_stream_capturing():
+            return True
+        return self.warm_once(arch, max_model_len, device)
+
+    @staticmethod
+    def _run_hit(values: tuple[Any, ...], launch: Launch) -> Any:
+        return kernels_c128a.build_c128a_topk_metadata(
+            *values[:10],
+            width=launch.width,
+            tokens_per_program=launch.tokens_per_program,
+            cols_per_program=launch.cols_per_program,
+            num_warps=launch.num_warps,
+            split_width=launch.split_width,
+            decode_view_width=launch.decode_view_width,
+        )
