@@ -27,7 +27,7 @@ def arch_major(arch: str) -> int:
     major = _MAJOR.get(arch)
     if major is not None:
         return major
-    found = ARCH_PATTERN.match(arch) if isinstance(arch, str) else None
+    found = ARCH_PATTERN.fullmatch(arch) if isinstance(arch, str) else None
     if found is None:
         raise ValueError(f"arch {arch!r} is not {ARCH_ACCEPTED}")
     major = int(found.group(1))

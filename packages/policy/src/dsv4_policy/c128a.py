@@ -19,6 +19,7 @@ given step (:class:`Key`):
 
 from __future__ import annotations
 
+from bisect import bisect_right as _bisect
 from dataclasses import dataclass
 
 from dsv4_policy.arch import _MAJOR, arch_major
@@ -28,6 +29,7 @@ from dsv4_policy.c128a_table import (
     SCHEMA,
     CompileKey,
     Index,
+    Split,
     Tile,
     load_table,
     loads_table,
@@ -194,13 +196,17 @@ def _index(table: Table[Tile]) -> Index:
 def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
     """The launch for ``key``: the matching entry's tile, or the baseline unchanged.
 
-    ``table`` None means the shipped table. Since a valid table has no overlapping
-    entries, the first box that matches is the only entry that matches.
+    ``table`` None means the shipped table. The table's index narrows the candidates
+    (by arch, then by bisecting field intervals); since a valid table has no
+    overlapping entries, the first candidate box that matches is the only entry that
+    matches.
     """
     index = (shipped_table() if table is None else table).compiled
     if type(index) is not Index:
         _index(table)  # type: ignore[arg-type]
     boxes = index.by_arch.get(key.arch, index.other)
+    while type(boxes) is Split:
+        boxes = boxes.children[_bisect(boxes.cuts, getattr(key, boxes.name)) - 1]
     if boxes:
         cr = key.compress_ratio
         mml = key.max_model_len

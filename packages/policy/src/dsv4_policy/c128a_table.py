@@ -167,16 +167,64 @@ def _check_entry(entry: Entry[Tile], header: object) -> list[tuple[str, str]]:
     return []
 
 
+class Split:
+    """An inner node of the hot-path index: boxes sorted into intervals of one field.
+
+    ``cuts`` starts at the field's smallest value and holds every box edge on that
+    field, so each interval ``[cuts[i], cuts[i+1])`` lies wholly inside or wholly
+    outside every box's span: ``children[i]`` holds exactly the boxes that can match a
+    value there. A lookup is one ``bisect`` per level instead of a scan of all boxes.
+    """
+
+    __slots__ = ("children", "cuts", "name")
+
+    def __init__(self, name: str, cuts: list[int], children: list[object]) -> None:
+        self.name = name
+        self.cuts = cuts
+        self.children = children
+
+
+LEAF_SIZE = 3
+MAX_DEPTH = 4
+
+
+def _split(boxes: list[tuple], depth: int = 0) -> object:
+    """Boxes as a tree of :class:`Split` nodes with short tuples of boxes as leaves.
+
+    At each node, the field whose intervals leave the fewest boxes in the worst case
+    is chosen; a node stops splitting when it is small or no field helps.
+    """
+    if len(boxes) <= LEAF_SIZE or depth >= MAX_DEPTH:
+        return tuple(boxes)
+    best = None
+    for i, f in enumerate(INT_FIELDS):
+        edges = {f.minimum}
+        for box in boxes:
+            lo, hi = box[2 * i], box[2 * i + 1]
+            edges.add(lo)
+            if hi < INT_MAX:
+                edges.add(hi + 1)
+        cuts = sorted(edges)
+        groups = [[b for b in boxes if b[2 * i] <= cut <= b[2 * i + 1]] for cut in cuts]
+        score = (max(len(g) for g in groups), sum(len(g) for g in groups))
+        if score[0] < len(boxes) and (best is None or score < best[0]):
+            best = (score, f.name, cuts, groups)
+    if best is None:
+        return tuple(boxes)
+    _, name, cuts, groups = best
+    return Split(name, cuts, [_split(g, depth + 1) for g in groups])
+
+
 @dataclass(frozen=True)
 class Index:
-    """Entries laid out for the hot path: per arch, flat tuples of integer bounds.
+    """Entries laid out for the hot path: per arch, a :class:`Split` tree over the boxes.
 
     Each box is ``(lo, hi)`` pairs for the six integer key fields in ``INT_FIELDS``
     order, flattened, followed by the hit ``(tile fields..., source, launch cache)``.
     """
 
-    by_arch: Mapping[str, tuple[tuple, ...]]
-    other: tuple[tuple, ...]
+    by_arch: Mapping[str, object]
+    other: object
 
 
 def _compile(entries: tuple[Entry[Tile], ...], header: object) -> Index:
@@ -198,7 +246,7 @@ def _compile(entries: tuple[Entry[Tile], ...], header: object) -> Index:
             by_arch[a].extend(boxes)
         if arch is None:
             other.extend(boxes)
-    return Index({a: tuple(b) for a, b in by_arch.items()}, tuple(other))
+    return Index({a: _split(b) for a, b in by_arch.items()}, _split(other))
 
 
 SCHEMA: Schema[Tile] = Schema(
@@ -270,6 +318,7 @@ def render_table(entries: Iterable[Entry[Tile]], header_comment: str = "") -> st
 
 
 __all__ = [
-    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "INT_MAX", "SCHEMA", "CompileKey", "Index", "Tile",
+    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "INT_MAX", "SCHEMA", "CompileKey", "Index", "Split",
+    "Tile",
     "load_table", "loads_table", "make_table", "render_table", "shipped_table", "tile_problems",
 ]

@@ -179,7 +179,7 @@ def build_envelope(entry: Entry[Spec], launch: LaunchTemplate) -> Envelope:
     values = {name: next(iter(entry.match[name])) for name in ("gpu", *PLACEHOLDERS)}
     argv = []
     for item in launch.argv:
-        found = _PLACEHOLDER.match(item)
+        found = _PLACEHOLDER.fullmatch(item)
         argv.append(str(values[found.group(1)]) if found else item)
     spec = entry.config
     return Envelope(entry.id, values["gpu"], values["tp"], values["context"], values["seqs"],
@@ -209,7 +209,7 @@ def _parse_launch(raw: object, report: Report) -> LaunchTemplate | None:
     if argv is not None:
         seen: list[str] = []
         for item in argv:
-            found = _PLACEHOLDER.match(item)
+            found = _PLACEHOLDER.fullmatch(item)
             if found and found.group(1) not in PLACEHOLDERS:
                 report.add(f"unknown placeholder {item!r}; accepted: "
                            f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}", field="launch.argv")
@@ -224,7 +224,7 @@ def _parse_launch(raw: object, report: Report) -> LaunchTemplate | None:
         report.add(f"expected a table of NAME = \"value\"; got {what(env)}", field="launch.env")
         env = {}
     for name, value in env.items():
-        if not _ENV_NAME.match(name) or not isinstance(value, str):
+        if not _ENV_NAME.fullmatch(name) or not isinstance(value, str):
             report.add(f"{name!r} = {what(value)}: env entries are NAME = \"string\"",
                        field=f"launch.env.{name}")
     aliases = raw.get("aliases", {})
@@ -261,7 +261,7 @@ def _parse_detector(raw: object, where: str, report: Report,
                            field=f"{where}.flags")
         flags = tuple(canonical(f, aliases) for f in listed or ())
     env = raw.get("env")
-    if env is not None and (not isinstance(env, str) or not _ENV_NAME.match(env)):
+    if env is not None and (not isinstance(env, str) or not _ENV_NAME.fullmatch(env)):
         report.add(f"expected an environment variable name; got {what(env)}", field=f"{where}.env")
     above = raw.get("above")
     if above is not None and type(above) is not int:
@@ -290,7 +290,7 @@ def _parse_rules(raw: object, aliases: Mapping[str, str], report: Report) -> tup
             continue
         before = len(report.problems)
         unknown_keys(item, ("id", "kind", "scope", "reason", "when"), report, where=where)
-        if not isinstance(rid, str) or not ID_PATTERN.match(rid):
+        if not isinstance(rid, str) or not ID_PATTERN.fullmatch(rid):
             report.add(f"id must be {ID_ACCEPTED}; got {what(rid)}", field=f"{where}.id")
         elif rid in seen:
             report.add(f"duplicate rule id {rid!r}", field=f"{where}.id")
@@ -375,7 +375,7 @@ def _check_spec(config: object) -> list[tuple[str, str]]:
 
 def _check_entry(entry: Entry[Spec], header: object) -> list[tuple[str, str]]:
     if not isinstance(header, Header):
-        return [("launch", "a serve table needs its [launch] section to build envelopes")]
+        return []  # the header's own problems are already reported
     env = build_envelope(entry, header.launch)
     broken = violations(header.rules, env.argv, env.env, header.launch.aliases, in_envelope=True)
     return [("envelope", f"the envelope's own launch breaks rule {v.rule!r}: {v.evidence}")

@@ -80,6 +80,8 @@ def entry_label(position: int, entry_id: object) -> str:
 
 def what(value: object) -> str:
     """A short description of a TOML value's type and value, for error messages."""
+    if value is None:
+        return "nothing (it is missing)"
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, int):
@@ -152,7 +154,7 @@ class KeyField:
         if self.type is str:
             if not isinstance(value, str):
                 return f"expected {self.forms()}; got {what(value)}"
-            if self.pattern is not None and not self.pattern.match(value):
+            if self.pattern is not None and not self.pattern.fullmatch(value):
                 return f"{value!r} is not {self.accepted}"
             return None
         if type(value) is not int:
@@ -296,8 +298,8 @@ def validate(
     usable: list[tuple[str, Entry[Any]]] = []
     seen: dict[str, str] = {}
     for label, entry in labelled:
-        before = len(report.problems)
-        if not isinstance(entry.id, str) or not ID_PATTERN.match(entry.id):
+        # An id problem does not stop the overlap check: report both at once.
+        if not isinstance(entry.id, str) or not ID_PATTERN.fullmatch(entry.id):
             report.add(f"id must be {ID_ACCEPTED}; got {what(entry.id)}", entries=(label,),
                        field="id")
         elif entry.id in seen:
@@ -305,6 +307,7 @@ def validate(
                        entries=(seen[entry.id], label), field="id")
         else:
             seen[entry.id] = label
+        before = len(report.problems)
         for name, cond in entry.match.items():
             try:
                 f = schema.field(name)
@@ -353,6 +356,9 @@ class Table(Generic[C]):
         source: str = "<memory>", header: object = None, _checked: bool = False,
     ) -> None:
         entries = tuple(entries)
+        if schema.parse_header is not None and header is None:
+            raise TypeError(f"{source}: a {schema.name} table needs its header sections "
+                            f"({', '.join(schema.header_sections)})")
         if not _checked:
             for i, entry in enumerate(entries):
                 if not isinstance(entry, Entry):

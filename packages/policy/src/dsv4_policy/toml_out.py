@@ -34,7 +34,7 @@ def string(text: str) -> str:
 
 def key(name: str) -> str:
     """A key, bare when TOML allows it and quoted otherwise."""
-    return name if _BARE_KEY.match(name) else string(name)
+    return name if _BARE_KEY.fullmatch(name) else string(name)
 
 
 def value(v: object) -> str:
@@ -63,9 +63,10 @@ def value(v: object) -> str:
 
 
 def comment(text: str) -> list[str]:
-    """``text`` as comment lines (``# ...``); control characters are refused."""
+    """``text`` as comment lines (``# ...``), one per ``\\n``; other control characters
+    (TOML allows none but tab in a comment) are refused."""
     lines = []
-    for line in text.splitlines():
+    for line in text.split("\n") if text else ():
         bad = [ch for ch in line if (ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F]
         if bad:
             raise ValueError(f"comment line {line!r} holds a control character {bad[0]!r}")
