@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from dsv4_evals import buckets
 from dsv4_evals.buckets.rules import load_rules
 from dsv4_evals.buckets.tally import tally
 from dsv4_evals.buckets.trace import TimedEvent
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 TRACES = Path(__file__).parent / "data" / "traces"
 
@@ -80,6 +79,7 @@ def test_seed_shape_fixture_reads_like_the_trace_result(capsys):
     """The TP8 fixture mimics the seed: 87 allreduce calls and ~17.5 ms of it per graph."""
     code, out, _ = run_buckets([str(TRACES / "decode_tp8_rank0.json.gz"), "--json"], capsys)
     doc = json.loads(out)
+    assert code == 0
     got = {b["name"]: b for b in doc["buckets"]}
     assert got["TP allreduce"]["calls"] == 87 * doc["graph_launches"]
     assert 16.0 < got["TP allreduce"]["ms_per_graph"] < 19.0

@@ -1,0 +1,196 @@
+"""``dsv4-evals ladder``: measure the serve table's envelopes against their decode rates.
+
+For each envelope (context x concurrent sequences) of the serve table, or those named
+with ``--envelope``, the ladder either starts the server with ``dsv4-serve``
+(``--launch``) or uses a running one (``--base-url``), streams ``seqs`` concurrent
+requests with prompts filling a fraction of the context, and measures the steady
+decode rate with time to first token left out. Each envelope's aggregate rate is
+compared with its expected rate: ``pass`` within ``--tolerance``, else ``below`` or
+``above``; a control shape without an expected rate is ``measured``.
+
+Exit status: 0 when no envelope is below tolerance or failed; 1 otherwise; 2 for
+unusable arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from dsv4_evals._ladder_render import error, stdout_console, to_json
+from dsv4_evals.ladder.envelopes import EnvelopeLike, select, shipped_envelopes, verdict
+from dsv4_evals.ladder.measure import StreamRecord, aggregate_rate, sequence_rate
+from dsv4_evals.ladder.prompt import DEFAULT_WORDS_PER_TOKEN
+from dsv4_evals.ladder.report import RichProgress, markdown, print_table
+from dsv4_evals.ladder.run import LadderOptions, LadderReport, LaunchOptions, run_ladder
+
+__all__ = [
+    "LadderOptions",
+    "LadderReport",
+    "LaunchOptions",
+    "StreamRecord",
+    "aggregate_rate",
+    "register",
+    "run_ladder",
+    "sequence_rate",
+    "verdict",
+]
+
+# Where the envelopes come from; tests replace it to inject their own table.
+ENVELOPE_SOURCE: Callable[[], Sequence[EnvelopeLike]] = shipped_envelopes
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "ladder",
+        help="measure decode tok/s per serve envelope and compare with the table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--envelope", metavar="ID", action="append",
+                   help="measure only this envelope (repeatable; default: all)")
+    where = p.add_argument_group("server")
+    where.add_argument("--base-url", default="http://127.0.0.1:8000",
+                       help="OpenAI-compatible server (also where --launch waits for it)")
+    where.add_argument("--launch", action="store_true",
+                       help="start the server per envelope with dsv4-serve, stop it after")
+    where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
+                       help="launcher command line for --launch (default: dsv4-serve)")
+    where.add_argument("--launch-timeout", type=_positive_float, default=1800.0, metavar="S",
+                       help="seconds to wait for /health or /v1/models (default 1800)")
+    where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
+                       help="after --: the model and vllm serve flags for --launch")
+    req = p.add_argument_group("requests")
+    req.add_argument("--model", help="model name for requests (default: first of /v1/models)")
+    req.add_argument("--api", choices=("completions", "chat"), default="completions")
+    req.add_argument("--prompt-fraction", type=_fraction, default=0.5, metavar="F",
+                     help="prompt length as a fraction of the context (default 0.5)")
+    req.add_argument("--prompt-tokens", type=_positive_int, metavar="N",
+                     help="prompt length in tokens, overriding --prompt-fraction")
+    req.add_argument("--words-per-token", type=_positive_float, default=DEFAULT_WORDS_PER_TOKEN,
+                     metavar="R", help="words per token when the server has no /tokenize "
+                     f"(default {DEFAULT_WORDS_PER_TOKEN})")
+    req.add_argument("--no-calibrate", action="store_true",
+                     help="do not measure the words/token ratio with the server's /tokenize")
+    req.add_argument("--distinct-prompts", action="store_true",
+                     help="give every sequence its own prompt body (no shared prefix)")
+    req.add_argument("--max-tokens", type=_positive_int, default=512, metavar="N",
+                     help="tokens generated per sequence (default 512)")
+    req.add_argument("--allow-eos", action="store_true",
+                     help="do not send ignore_eos (sequences may stop early)")
+    req.add_argument("--warmup", type=_non_negative_int, default=1, metavar="N",
+                     help="short requests sent before measuring (default 1)")
+    req.add_argument("--request-timeout", type=_positive_float, default=3600.0, metavar="S")
+    out = p.add_argument_group("output")
+    out.add_argument("--tolerance", type=_tolerance, default=0.10, metavar="T",
+                     help="relative band around the expected rate that passes (default 0.10)")
+    out.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    out.add_argument("--out", type=Path, metavar="DIR",
+                     help="write ladder.json and ladder.md (and server logs) here")
+    out.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model_args and not args.launch:
+        error("ladder", f"arguments {args.model_args} are for --launch only")
+        return 2
+    try:
+        chosen = select(ENVELOPE_SOURCE(), args.envelope)
+    except ValueError as exc:
+        error("ladder", str(exc))
+        return 2
+    if not chosen:
+        error("ladder", "the serve table has no envelopes to measure")
+        return 2
+    launch = None
+    if args.launch:
+        log_dir = args.out or Path(tempfile.mkdtemp(prefix="dsv4-ladder-"))
+        launch = LaunchOptions(
+            log_dir=log_dir,
+            launcher=tuple(shlex.split(args.serve_command)),
+            model_args=tuple(args.model_args),
+            ready_timeout_s=args.launch_timeout,
+        )
+    options = LadderOptions(
+        base_url=args.base_url,
+        api=args.api,
+        model=args.model,
+        prompt_fraction=args.prompt_fraction,
+        prompt_tokens=args.prompt_tokens,
+        words_per_token=args.words_per_token,
+        calibrate=not args.no_calibrate,
+        shared_prefix=not args.distinct_prompts,
+        max_tokens=args.max_tokens,
+        ignore_eos=not args.allow_eos,
+        tolerance=args.tolerance,
+        warmup=args.warmup,
+        request_timeout_s=args.request_timeout,
+        launch=launch,
+    )
+    err_console = Console(stderr=True)
+    if args.no_progress or not err_console.is_terminal:
+        report = run_ladder(chosen, options)
+    else:
+        with RichProgress(err_console) as progress:
+            report = run_ladder(chosen, options, progress)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ladder.json").write_text(to_json(report.to_json()))
+        (args.out / "ladder.md").write_text(markdown(report))
+    if args.json:
+        sys.stdout.write(to_json(report.to_json()))
+    else:
+        print_table(report, stdout_console())
+    return 0 if report.ok else 1
+
+
+def _positive_int(text: str) -> int:
+    value = _number(text, int)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _number(text, int)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _number(text, float)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _number(text, float)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    value = _number(text, float)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
+def _number(text: str, kind: type) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
+

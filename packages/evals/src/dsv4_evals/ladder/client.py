@@ -1,0 +1,166 @@
+"""Talk to an OpenAI-compatible server: streaming completions and a few helpers.
+
+Streaming uses server-sent events: the body is lines of ``data: <json>``, blank lines
+between events, and ``data: [DONE]`` at the end. Each chunk's generated text is in
+``choices[].text`` (completions) or ``choices[].delta.content`` (chat; reasoning
+models may use ``delta.reasoning_content`` or ``delta.reasoning``). The client stamps
+each chunk that carries text with a monotonic clock as soon as its line arrives;
+``measure`` turns the stamps into rates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from dsv4_evals.ladder.measure import StreamRecord
+
+API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+class ServerError(RuntimeError):
+    """The server refused or broke a request; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    api: str  # "completions" or "chat"
+    model: str
+    max_tokens: int
+    ignore_eos: bool = True
+
+    def body(self, prompt: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "temperature": 0.0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.ignore_eos:
+            # vLLM extension: generate exactly max_tokens, so every run decodes as long.
+            body["ignore_eos"] = True
+        if self.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        return body
+
+
+def chunk_text(chunk: dict[str, Any]) -> tuple[bool, str | None]:
+    """(whether the chunk carries generated text, its finish_reason if any)."""
+    carries = False
+    finish = None
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        for piece in (
+            choice.get("text"),
+            delta.get("content"),
+            delta.get("reasoning_content"),
+            delta.get("reasoning"),
+        ):
+            if isinstance(piece, str) and piece:
+                carries = True
+        finish = choice.get("finish_reason") or finish
+    return carries, finish
+
+
+async def stream_one(
+    client: httpx.AsyncClient,
+    shape: RequestShape,
+    prompt: str,
+    record: StreamRecord,
+    on_chunk: Callable[[int], None] | None = None,
+) -> StreamRecord:
+    """Send one streaming request and fill ``record`` with what arrives."""
+    path = API_PATHS[shape.api]
+    record.t_sent = time.perf_counter()
+    async with client.stream("POST", path, json=shape.body(prompt)) as resp:
+        if resp.status_code != 200:
+            detail = (await resp.aread()).decode("utf-8", "replace")[:500]
+            raise ServerError(f"POST {path} returned HTTP {resp.status_code}: {detail}")
+        async for line in resp.aiter_lines():
+            now = time.perf_counter()
+            if not line.startswith("data:"):
+                continue  # blank separators, comments, event names
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            try:
+                chunk = json.loads(payload)
+            except json.JSONDecodeError:
+                raise ServerError(
+                    f"POST {path}: stream line is not JSON: {payload[:200]!r}"
+                ) from None
+            if not isinstance(chunk, dict):
+                raise ServerError(f"POST {path}: stream chunk is not an object: {payload[:200]!r}")
+            if "error" in chunk:
+                raise ServerError(f"POST {path}: server error in stream: {chunk['error']}")
+            usage = chunk.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                record.usage_tokens = usage["completion_tokens"]
+            carries, finish = chunk_text(chunk)
+            if carries:
+                record.chunk_times.append(now)
+                if on_chunk is not None:
+                    on_chunk(record.index)
+            if finish:
+                record.finish_reason = finish
+    return record
+
+
+async def stream_concurrently(
+    client: httpx.AsyncClient,
+    shape: RequestShape,
+    prompts: Sequence[str],
+    on_chunk: Callable[[int], None] | None = None,
+) -> list[StreamRecord]:
+    """All prompts at once, one stream each; a failed stream records its error."""
+    records = [StreamRecord(index=i) for i in range(len(prompts))]
+
+    async def guarded(i: int) -> None:
+        try:
+            await stream_one(client, shape, prompts[i], records[i], on_chunk)
+        except (ServerError, httpx.HTTPError) as exc:
+            records[i].error = f"{type(exc).__name__}: {exc}"
+
+    await asyncio.gather(*(guarded(i) for i in range(len(prompts))))
+    return records
+
+
+async def first_model(client: httpx.AsyncClient) -> str:
+    """The first model id the server lists at ``GET /v1/models``."""
+    resp = await client.get("/v1/models")
+    if resp.status_code != 200:
+        raise ServerError(f"GET /v1/models returned HTTP {resp.status_code}; pass --model")
+    data = resp.json().get("data") or []
+    if not data or not isinstance(data[0], dict) or not data[0].get("id"):
+        raise ServerError("GET /v1/models lists no model; pass --model")
+    return str(data[0]["id"])
+
+
+async def count_tokens(client: httpx.AsyncClient, model: str, text: str) -> int | None:
+    """Token count of ``text`` from vLLM's ``POST /tokenize``; None when not offered."""
+    try:
+        resp = await client.post("/tokenize", json={"model": model, "prompt": text})
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    try:
+        doc = resp.json()
+    except ValueError:
+        return None
+    if isinstance(doc.get("count"), int):
+        return int(doc["count"])
+    if isinstance(doc.get("tokens"), list):
+        return len(doc["tokens"])
+    return None
