@@ -273,6 +273,12 @@ def build(session: nox.Session) -> None:
     for package in GRAPH.packages.values():
         session.run("uv", "build", "--quiet", "--out-dir", str(dist), str(package.folder),
                     external=True)
+    # Intra-repo deps come from the wheels just built, everything else pinned by the lock.
+    constraints = Path(session.create_tmp()) / "constraints.txt"
+    session.run(
+        "uv", "export", "--locked", "--all-packages", "--no-hashes", "--no-emit-workspace",
+        "--no-default-groups", "--quiet", "-o", str(constraints), external=True,
+    )
     for package in GRAPH.packages.values():
         wheels = sorted(dist.glob(f"{package.module}-*.whl"))
         sdists = sorted(dist.glob(f"{package.module}-*.tar.gz"))
@@ -282,19 +288,27 @@ def build(session: nox.Session) -> None:
         shutil.rmtree(venv, ignore_errors=True)
         session.run("uv", "venv", "--quiet", str(venv), external=True)
         python = str(venv / "bin" / "python")
-        # Intra-repo deps come from the wheels just built, everything else from the lock.
-        constraints = Path(session.create_tmp()) / "constraints.txt"
-        session.run(
-            "uv", "export", "--locked", "--all-packages", "--no-hashes", "--no-emit-workspace",
-            "--no-default-groups", "--quiet", "-o", str(constraints), external=True,
-        )
         session.run(
             "uv", "pip", "install", "--quiet", "--python", python, "--find-links", str(dist),
             "-c", str(constraints), str(wheels[0]), external=True,
         )
-        probe = f"import {package.module} as m; print(m.__name__, 'imports alone')"
+        alone = not package.runtime_deps and not _third_party(package)
+        probe = (
+            f"import importlib.metadata as md, {package.module} as m; "
+            "names = sorted(d.metadata['Name'] for d in md.distributions()); "
+            "print(m.__name__, 'imports alone;', len(names), 'distributions:', names); "
+            # A package with no dependencies installs into an empty venv as itself only.
+            f"assert not {alone} or names == [{package.dist!r}], names"
+        )
         session.run(python, "-c", probe, external=True)
     session.log(f"built and installed alone: {', '.join(GRAPH.packages)}")
+
+
+def _third_party(package: target_graph.Package) -> bool:
+    import tomllib
+
+    data = tomllib.loads((package.folder / "pyproject.toml").read_text())
+    return bool(data.get("project", {}).get("dependencies"))
 
 
 @nox.session(venv_backend="none")
