@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_strategies import (
     FAR,
+    HEAVY_EXAMPLES,
     PROPERTY_EXAMPLES,
     far_keys,
     oracle_baseline,
@@ -44,7 +45,7 @@ def test_baseline_matches_the_plain_formula(key: Key) -> None:
     assert capacity(key.max_model_len, key.compress_ratio) == launch.row_stride
 
 
-@settings(max_examples=PROPERTY_EXAMPLES)
+@settings(max_examples=HEAVY_EXAMPLES * 10)
 @given(FAR["max_model_len"], FAR["compress_ratio"])
 def test_capacity_is_ceil_then_aligned_to_128(max_model_len: int, ratio: int) -> None:
     cap = capacity(max_model_len, ratio)
@@ -83,7 +84,7 @@ def test_small_sequences_get_the_minimum_width_and_large_ones_the_capacity() -> 
     assert baseline(Key("sm90", 128, 40_000, 10**7, 1, 0, 2)).width == 384
 
 
-@settings(max_examples=PROPERTY_EXAMPLES)
+@settings(max_examples=HEAVY_EXAMPLES * 10)
 @given(st.integers(1, 1 << 40))
 def test_next_power_of_two_inside_the_width(n: int) -> None:
     key = Key("sm90", 1, INT_CAP, n, 1, 0, 1)

@@ -34,8 +34,7 @@ class Occurrence:
 
     flag: str
     value: str | None
-    item: str  # the flag's own argv item, e.g. "--enforce-eager" or "-dcp=2"
-    written: str  # the item with its value, e.g. "-dcp 2"
+    written: str  # as written, with its value: "-dcp 2", "-dcp=2" or "--enforce-eager"
     start: int
     stop: int  # one past the last argv item this occurrence uses
 
@@ -49,10 +48,10 @@ def scan(argv: Sequence[str], aliases: Mapping[str, str]) -> list[Occurrence]:
             continue
         name, eq, value = item.partition("=")
         if eq:
-            found.append(Occurrence(canonical(name, aliases), value, item, item, i, i + 1))
+            found.append(Occurrence(canonical(name, aliases), value, item, i, i + 1))
         elif i + 1 < len(argv) and not is_flag(argv[i + 1]):
-            found.append(Occurrence(canonical(name, aliases), argv[i + 1], item,
+            found.append(Occurrence(canonical(name, aliases), argv[i + 1],
                                     f"{item} {argv[i + 1]}", i, i + 2))
         else:
-            found.append(Occurrence(canonical(name, aliases), None, item, item, i, i + 1))
+            found.append(Occurrence(canonical(name, aliases), None, item, i, i + 1))
     return found

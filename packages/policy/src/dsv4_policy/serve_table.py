@@ -91,8 +91,7 @@ class Detector:
             if self.env in env and self._violates(env[self.env], env=True):
                 return [f"{self.env}={env[self.env]}"]
             return []
-        valued = self.above is not None or self.unless is not None
-        return [occ.written if valued else occ.item for occ in found
+        return [occ.written for occ in found
                 if occ.flag in self.flags and self._violates(occ.value, env=False)]
 
 
