@@ -270,3 +270,10 @@ def test_bad_bucket_files_and_arguments_are_refused(tmp_path, capsys):
         run_buckets([str(TRACES / "decode_small.json"), "--graph-launches", "0"], capsys)
     code, _, err = run_buckets([str(tmp_path / "absent.json")], capsys)
     assert code == 2 and "cannot read trace" in err
+
+
+def test_the_dsv4_evals_command_dispatches_to_buckets(capsys):
+    from dsv4_evals.cli import main
+
+    assert main(["buckets", str(TRACES / "decode_small.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["graph_launches"] == 3

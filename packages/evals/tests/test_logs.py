@@ -107,6 +107,9 @@ def test_spec_tokens_fail_and_raise_the_decode_query_len(capsys):
     assert code == 1
     assert checks["num_spec_tokens"]["observed"] == {"2": 1}
     assert checks["num_spec_tokens"]["status"] == "fail"
+    # Evidence is the matched part of the (very long) start-up line, not all of it.
+    evidence = checks["num_spec_tokens"]["first_wrong"]["text"]
+    assert "num_spec_tokens=2" in evidence and len(evidence) < 300
     assert checks["uniform_decode_query_len"]["observed"] == {"3": 1}
     # Spec decode rounds the capture sizes up to multiples of 1 + num_spec_tokens.
     assert checks["capture_sizes"]["observed"] == {"[3]": 2}
@@ -256,3 +259,11 @@ def test_unknown_expectation_and_missing_log_are_usage_errors(tmp_path, capsys):
     assert code == 2 and "absent.log" in err
     with pytest.raises(PatternError, match="not a list of integers"):
         with_expectations(load_rules(), {"capture_sizes": "1,x"})
+
+
+def test_the_dsv4_evals_command_dispatches_to_logs(capsys):
+    from dsv4_evals.cli import main
+
+    assert main(["logs", str(DATA / "good.log"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    assert main(["logs", str(DATA / "spec_tokens.log"), "--json"]) == 1

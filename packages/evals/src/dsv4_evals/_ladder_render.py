@@ -45,8 +45,10 @@ def print_rich_table(
     rows: Sequence[Sequence[Any]],
     align: str,
 ) -> None:
-    """The same rows as ``markdown_table``, drawn for a terminal."""
-    table = Table(title=Text(title) if title else None, title_justify="left")
+    """The same rows as ``markdown_table``, drawn for a terminal, under a title line."""
+    if title:
+        console.print(Text(title))
+    table = Table()
     for name, a in zip(headers, align, strict=True):
         table.add_column(name, justify="right" if a == "r" else "left")
     for row in rows:

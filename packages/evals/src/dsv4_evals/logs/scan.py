@@ -16,6 +16,8 @@ from dsv4_evals._patterns import PatternError
 from dsv4_evals.logs.rules import Check, Rules, normalise
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+EXCERPT_CHARS = 400  # lines up to this long are kept whole as evidence
+EXCERPT_CONTEXT = 100  # else: the match and this many characters either side
 
 
 @dataclass(frozen=True)
@@ -86,30 +88,43 @@ def scan(text: str, rules: Rules, log_name: str = "<log>") -> LogReport:
     for number, segment in split_lines(text):
         last_line = number
         for check, result in zip(rules.checks, results, strict=True):
-            value = _observe(check, segment, f"{log_name}:{number}")
-            if value is None:
+            seen = _observe(check, segment, f"{log_name}:{number}")
+            if seen is None:
                 continue
+            value, excerpt = seen
             last = result.observations[-1] if result.observations else None
             # A redrawn progress bar repeats itself within one line: count it once.
             if last is None or (last.line, last.value) != (number, value):
-                result.observations.append(Observation(number, value, segment))
+                result.observations.append(Observation(number, value, excerpt))
         for rule in rules.findings:
-            if rule.regex.search(segment):
-                findings.append(Finding(rule.name, number, segment))
+            match = rule.regex.search(segment)
+            if match:
+                findings.append(Finding(rule.name, number, _excerpt(segment, *match.span())))
     return LogReport(log_name, rules.source, last_line, results, findings)
 
 
-def _observe(check: Check, segment: str, where: str) -> str | None:
-    """The normalised value the first matching pattern reads from ``segment``, if any."""
+def _observe(check: Check, segment: str, where: str) -> tuple[str, str] | None:
+    """(normalised value, evidence excerpt) from the first pattern matching ``segment``."""
     for pattern in check.patterns:
         match = pattern.regex.search(segment)
         if match is None:
             continue
         raw = pattern.value if pattern.value is not None else match.group("value")
         raw = pattern.mapping.get(raw.strip(), raw)
+        excerpt = _excerpt(segment, match.start(), match.end())
         try:
-            return normalise(check.kind, raw, pattern.add, where=f"{where} ({check.name})")
+            value = normalise(check.kind, raw, pattern.add, where=f"{where} ({check.name})")
         except PatternError:
             # An unreadable value is still evidence: keep it verbatim so it fails loudly.
-            return raw.strip()
+            value = raw.strip()
+        return value, excerpt
     return None
+
+
+def _excerpt(text: str, start: int, end: int) -> str:
+    """The match with some context: start-up config lines run to thousands of chars."""
+    if len(text) <= EXCERPT_CHARS:
+        return text
+    lo = max(0, start - EXCERPT_CONTEXT)
+    hi = min(len(text), max(end, start + 1) + EXCERPT_CONTEXT)
+    return ("..." if lo > 0 else "") + text[lo:hi] + ("..." if hi < len(text) else "")
