@@ -82,9 +82,22 @@ def test_keys_lists_the_baseline_and_the_reachable_entries(capsys: pytest.Captur
                        "--table", table)
     assert code == 0
     assert out.splitlines()[0].split() == ["tokens_per_program", "cols_per_program",
-                                           "num_warps", "sources"]
+                                           "num_warps", "from"]
     assert out.splitlines()[2].split() == ["1", "1024", "4", "baseline"]
     assert len(out.splitlines()) == 3
+
+
+def test_keys_table_counts_the_entries_behind_each_key(capsys: pytest.CaptureFixture[str],
+                                                       tmp_path: Path) -> None:
+    table = tmp_path / "t.toml"
+    entries = [c128a.Entry(f"e{i}", {"arch": "sm90", "num_decode_tokens": i}, c128a.Tile(*tile))
+               for i, tile in enumerate([(1, 1024, 4), (2, 256, 4), (2, 256, 4)])]
+    table.write_text(c128a.render_table(entries))
+    code, out, _ = run(capsys, "keys", "--arch", "sm90", "--max-model-len", "8", "--table",
+                       str(table))
+    assert code == 0
+    assert [line.split(None, 3) for line in out.splitlines()[2:]] == [
+        ["1", "1024", "4", "baseline + 1 entry"], ["2", "256", "4", "2 entries"]]
 
 
 def test_keys_with_the_shipped_table_match_compile_keys(capsys: pytest.CaptureFixture[str]

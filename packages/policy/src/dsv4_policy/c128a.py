@@ -187,7 +187,7 @@ def baseline(key: Key) -> Launch:
 
 
 def _index(table: Table[Tile]) -> Index:
-    index = table.compiled
+    index = getattr(table, "compiled", None)
     if type(index) is not Index:
         raise TypeError(f"expected a C128A launch table, got {table!r}")
     return index
@@ -201,7 +201,7 @@ def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
     overlapping entries, the first candidate box that matches is the only entry that
     matches.
     """
-    index = (shipped_table() if table is None else table).compiled
+    index = getattr(shipped_table() if table is None else table, "compiled", None)
     if type(index) is not Index:
         _index(table)  # type: ignore[arg-type]
     boxes = index.by_arch.get(key.arch, index.other)

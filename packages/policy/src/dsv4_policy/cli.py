@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -125,8 +126,13 @@ def _cmd_keys(args: argparse.Namespace) -> int:
             {"tokens_per_program": k[0], "cols_per_program": k[1], "num_warps": k[2],
              "sources": list(src)} for k, src in ordered]})
         return 0
-    print(aligned(("tokens_per_program", "cols_per_program", "num_warps", "sources"),
-                  [(*k, ", ".join(src)) for k, src in ordered]))
+    rows = []
+    for k, src in ordered:
+        entries = sum(1 for s in src if s != "baseline")
+        parts = (["baseline"] if "baseline" in src else []) + (
+            [f"{entries} entr{'y' if entries == 1 else 'ies'}"] if entries else [])
+        rows.append((*k, " + ".join(parts)))
+    print(aligned(("tokens_per_program", "cols_per_program", "num_warps", "from"), rows))
     return 0
 
 
@@ -187,6 +193,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (argparse exits 2 on bad flags)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # e.g. `dsv4-policy keys ... | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
