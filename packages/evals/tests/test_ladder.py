@@ -13,6 +13,7 @@ import json
 import random
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,7 +287,7 @@ def test_launch_starts_dsv4_serve_per_envelope_and_stops_it(tmp_path, capsys, mo
         record = tmp_path / f"record-{attempt}.json"
         out_dir = tmp_path / f"out-{attempt}"
         model_args = ["fake/DeepSeek-V4", "--port", str(port), "--record", str(record),
-                      "--ttft", "0.05", "--period", str(PERIOD)]
+                      "--ttft", "0.05", "--period", str(PERIOD), "--spawn-child"]
         code, out, _ = run_cli(
             ["--launch", "--serve-command", fake_serve,
              "--base-url", f"http://127.0.0.1:{port}", "--launch-timeout", "20",
@@ -313,6 +314,23 @@ def test_launch_starts_dsv4_serve_per_envelope_and_stops_it(tmp_path, capsys, mo
     assert log.parent == out_dir and "scripted server for fake/DeepSeek-V4" in log.read_text()
     with pytest.raises(httpx.ConnectError):  # stopped after the envelope
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    # ...with the whole process group, not only the launcher itself.
+    assert seen["child_pid"] and not _alive(seen["child_pid"])
+
+
+def _alive(pid: int, wait_s: float = 3.0) -> bool:
+    """Whether ``pid`` still runs after up to ``wait_s`` (a zombie awaiting reaping is
+    not running)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_launch_failure_reports_the_servers_last_words(tmp_path, capsys, monkeypatch):

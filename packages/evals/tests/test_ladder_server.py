@@ -18,6 +18,7 @@ import json
 import math
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -51,6 +52,7 @@ class ScriptedServer:
         self.fail_status = fail_status
         self.record = record
         self.argv = argv or []
+        self.child_pid: int | None = None
         self.lock = threading.Lock()
         self.active = 0
         self.max_active = 0
@@ -89,7 +91,7 @@ class ScriptedServer:
 
     def snapshot(self) -> dict[str, Any]:
         return {"argv": self.argv, "max_active": self.max_active, "streams": self.streams,
-                "bodies": self.bodies}
+                "bodies": self.bodies, "child_pid": self.child_pid}
 
 
 def _handler(script: ScriptedServer) -> type[BaseHTTPRequestHandler]:
@@ -207,10 +209,15 @@ def main(argv: list[str]) -> None:
     model.add_argument("--record", type=Path)
     model.add_argument("--ttft", type=float, default=0.05)
     model.add_argument("--period", type=float, default=0.005)
+    model.add_argument("--spawn-child", action="store_true",
+                       help="start a long-lived child, as vLLM starts engine processes")
     m = model.parse_args(argv[at + 1 :])
     print(f"scripted server for {m.model} on port {m.port}", flush=True)
     server = ScriptedServer(ttft_s=m.ttft, period_s=m.period, model=m.model, port=m.port,
                             record=m.record, argv=argv)
+    if m.spawn_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        server.child_pid = child.pid
     if m.record is not None:
         m.record.write_text(json.dumps(server.snapshot()))
     server.httpd.serve_forever()

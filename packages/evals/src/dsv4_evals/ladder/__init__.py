@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         chosen = select(ENVELOPE_SOURCE(), args.envelope)
-    except ValueError as exc:
+    except (ImportError, ValueError) as exc:
+        # ImportError: dsv4-policy missing; ValueError: its table or --envelope is bad.
         error("ladder", str(exc))
         return 2
     if not chosen:

@@ -121,17 +121,19 @@ class LaunchedServer:
                 time.sleep(poll_s)
 
     def stop(self) -> int | None:
-        """Stop the server's process group; returns its exit status."""
+        """Stop the server's process group; returns its exit status.
+
+        The whole group is signalled even when the launcher itself has already exited:
+        engine and worker processes it left behind would otherwise keep the GPUs.
+        """
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.stop_grace_s)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                proc.wait()
+        self._signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=self.stop_grace_s)
+        self._signal(signal.SIGKILL)  # whatever of the group is still there
+        proc.wait()
         return proc.returncode
 
     def log_tail(self, lines: int = 20) -> str:
