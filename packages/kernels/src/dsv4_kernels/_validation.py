@@ -1,0 +1,215 @@
+"""Argument checks shared by the kernel wrapper and the reference.
+
+They run on every model step, so they read tensor attributes only: no device syncs,
+no tensor operations. Each failure raises :class:`ValueError` naming the argument,
+what it got and what is accepted, before anything is written.
+
+What cannot be checked without reading device memory is documented instead: every
+decode token's request index must be a row of ``block_table``, and that row must
+hold the blocks of the token's visible entries, ``cdiv(n, block_size)`` of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FN = "build_c128a_topk_metadata"
+WIDTH_MULTIPLE = 128
+ROW_STRIDE_MULTIPLE = 16
+BUFFER_ALIGNMENT_BYTES = 16
+MIN_COLS_PER_PROGRAM = 128
+MAX_COLS_PER_PROGRAM = 8192
+MAX_TOKENS_PER_PROGRAM = 256
+MAX_TILE_ELEMENTS = 1 << 16
+NUM_WARPS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checks established, for the caller to launch or slice with."""
+
+    num_tokens: int
+    num_decode: int
+    num_prefill: int
+    width: int
+    decode_view_width: int
+    device: torch.device
+
+
+def _fail(name: str, got: object, accepted: str) -> ValueError:
+    return ValueError(f"{FN}: {name}: got {got}; expected {accepted}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tensor(name: str, value: object, dtype: torch.dtype, ndim: int) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise _fail(name, type(value).__name__, f"a torch.Tensor of dtype {dtype}")
+    if value.dtype != dtype:
+        raise _fail(name, f"dtype {value.dtype}", f"dtype {dtype}")
+    if value.dim() != ndim:
+        raise _fail(name, f"{value.dim()} dimensions (shape {tuple(value.shape)})", f"{ndim}")
+    if value.shape[-1] > 1 and value.stride(-1) != 1:
+        raise _fail(
+            name,
+            f"stride {value.stride(-1)} in the last dimension",
+            "stride 1 in the last dimension (contiguous rows)",
+        )
+    return value
+
+
+def _buffer(name: str, value: object) -> torch.Tensor:
+    buf = _tensor(name, value, torch.int32, 2)
+    rows, cols = buf.shape
+    if rows > 1 and (buf.stride(0) < cols or buf.stride(0) % ROW_STRIDE_MULTIPLE):
+        raise _fail(
+            name,
+            f"row stride {buf.stride(0)} for {cols} columns",
+            f"a row stride >= the column count and a multiple of {ROW_STRIDE_MULTIPLE}",
+        )
+    if buf.data_ptr() % BUFFER_ALIGNMENT_BYTES:
+        raise _fail(
+            name,
+            f"data pointer {buf.data_ptr():#x}",
+            f"a {BUFFER_ALIGNMENT_BYTES}-byte aligned buffer (a fresh allocation, not an "
+            "offset view)",
+        )
+    return buf
+
+
+def _count(name: str, value: object, low: int, high: int, what: str) -> int:
+    if not _is_int(value) or not low <= value <= high:
+        raise _fail(name, repr(value), f"an int in [{low}, {high}] ({what})")
+    return value
+
+
+def _positive(name: str, value: object) -> int:
+    if not _is_int(value) or value <= 0:
+        raise _fail(name, repr(value), "a positive int")
+    return value
+
+
+def check_inputs(
+    positions: object,
+    compress_ratio: object,
+    num_decode_tokens: object,
+    token_to_req_indices: object,
+    block_table: object,
+    block_size: object,
+    slot_mapping: object,
+    global_decode_buffer: object,
+    decode_lens_buffer: object,
+    prefill_buffer: object,
+    *,
+    width: object,
+    decode_view_width: object,
+) -> Checked:
+    """Check the data arguments; return the token counts and widths they imply."""
+    pos = _tensor("positions", positions, torch.int64, 1)
+    num_tokens = pos.shape[0]
+    _positive("compress_ratio", compress_ratio)
+    _positive("block_size", block_size)
+    num_decode = _count(
+        "num_decode_tokens", num_decode_tokens, 0, num_tokens, "at most positions.shape[0]"
+    )
+    num_prefill = num_tokens - num_decode
+
+    decode_buf = _buffer("global_decode_buffer", global_decode_buffer)
+    prefill_buf = _buffer("prefill_buffer", prefill_buffer)
+    lens = _tensor("decode_lens_buffer", decode_lens_buffer, torch.int32, 1)
+    req = _tensor("token_to_req_indices", token_to_req_indices, torch.int32, 1)
+    slots = _tensor("slot_mapping", slot_mapping, torch.int64, 1)
+    table = _tensor("block_table", block_table, torch.int32, 2)
+
+    capacity = decode_buf.shape[1]
+    max_width = min(capacity, prefill_buf.shape[1])
+    if not _is_int(width) or width <= 0 or width % WIDTH_MULTIPLE or width > max_width:
+        raise _fail(
+            "width",
+            repr(width),
+            f"a positive multiple of {WIDTH_MULTIPLE} no larger than both buffers' widths "
+            f"(global_decode_buffer {capacity}, prefill_buffer {prefill_buf.shape[1]})",
+        )
+    view_width = width if decode_view_width is None else decode_view_width
+    if not _is_int(view_width) or not width <= view_width <= capacity:
+        raise _fail(
+            "decode_view_width",
+            repr(decode_view_width),
+            f"None or an int in [width, global_decode_buffer width] = [{width}, {capacity}]",
+        )
+
+    for name, rows in (
+        ("global_decode_buffer", decode_buf.shape[0]),
+        ("decode_lens_buffer", lens.shape[0]),
+        ("token_to_req_indices", req.shape[0]),
+        ("slot_mapping", slots.shape[0]),
+    ):
+        if rows < num_decode:
+            raise _fail(
+                name,
+                f"{rows} rows",
+                f"at least num_decode_tokens = {num_decode} rows",
+            )
+    if prefill_buf.shape[0] < num_prefill:
+        raise _fail(
+            "prefill_buffer",
+            f"{prefill_buf.shape[0]} rows",
+            f"at least positions.shape[0] - num_decode_tokens = {num_prefill} rows",
+        )
+    if num_decode and (table.shape[0] < 1 or table.shape[1] < 1):
+        raise _fail(
+            "block_table",
+            f"shape {tuple(table.shape)}",
+            "at least one row and one column when there are decode tokens",
+        )
+
+    device = pos.device
+    for name, tensor in (
+        ("token_to_req_indices", req),
+        ("block_table", table),
+        ("slot_mapping", slots),
+        ("global_decode_buffer", decode_buf),
+        ("decode_lens_buffer", lens),
+        ("prefill_buffer", prefill_buf),
+    ):
+        if tensor.device != device:
+            raise _fail(name, f"device {tensor.device}", f"the device of positions ({device})")
+    return Checked(num_tokens, num_decode, num_prefill, width, view_width, device)
+
+
+def _power_of_two(value: object) -> bool:
+    return _is_int(value) and value > 0 and value & (value - 1) == 0
+
+
+def check_tile(tokens_per_program: object, cols_per_program: object, num_warps: object,
+               split_width: object) -> None:
+    """Check one launch tile: the values a compile key is made of."""
+    if not _power_of_two(tokens_per_program) or tokens_per_program > MAX_TOKENS_PER_PROGRAM:
+        raise _fail(
+            "tokens_per_program",
+            repr(tokens_per_program),
+            f"a power of two in [1, {MAX_TOKENS_PER_PROGRAM}]",
+        )
+    if (
+        not _power_of_two(cols_per_program)
+        or not MIN_COLS_PER_PROGRAM <= cols_per_program <= MAX_COLS_PER_PROGRAM
+    ):
+        raise _fail(
+            "cols_per_program",
+            repr(cols_per_program),
+            f"a power of two in [{MIN_COLS_PER_PROGRAM}, {MAX_COLS_PER_PROGRAM}]",
+        )
+    if tokens_per_program * cols_per_program > MAX_TILE_ELEMENTS:
+        raise _fail(
+            "tokens_per_program * cols_per_program",
+            f"{tokens_per_program} * {cols_per_program}",
+            f"a tile of at most {MAX_TILE_ELEMENTS} elements",
+        )
+    if not _is_int(num_warps) or num_warps not in NUM_WARPS:
+        raise _fail("num_warps", repr(num_warps), f"one of {NUM_WARPS}")
+    if not isinstance(split_width, bool):
+        raise _fail("split_width", repr(split_width), "a bool")
