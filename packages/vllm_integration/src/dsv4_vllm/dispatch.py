@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from dsv4_kernels import c128a as kernels_c128a
@@ -48,6 +48,8 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | No
     one) goes to the original function, which raises exactly as upstream would.
     """
     count = len(args)
+    if count == 10 and len(kwargs) == 1 and "max_compressed_tokens" in kwargs:
+        return (*args, kwargs["max_compressed_tokens"])  # how vLLM 0.33.0 calls it
     if not kwargs and count == len(_NAMES):
         return args
     if count > len(_NAMES) or not kwargs.keys() <= _KWARGS_AFTER[count]:
@@ -61,6 +63,15 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | No
         else:
             return None
     return (*args, *tail)
+
+
+class Decision(NamedTuple):
+    """A table hit for one call shape: the launch and what its warm-up is keyed by."""
+
+    launch: Launch
+    arch: str
+    max_model_len: int
+    warm_token: tuple[str, int, str]
 
 
 def _device_token(device: torch.device | str) -> str:
@@ -101,7 +112,7 @@ class C128ADispatch:
         self.misses = 0
         self.max_model_lens: dict[tuple[int, int], int] = {}
         self._warmed: set[tuple[str, int, str]] = set()
-        self._decisions: dict[tuple[Any, ...], tuple[Launch, int] | None] = {}
+        self._decisions: dict[tuple[Any, ...], Decision | None] = {}
 
     def _shipped_resolve(self, key: Key) -> Launch:
         return policy_c128a.resolve(key, self.table)
@@ -177,37 +188,38 @@ class C128ADispatch:
 
     # -- per call ---------------------------------------------------------------------
 
-    def decide(self, values: tuple[Any, ...]) -> tuple[Launch, int] | None:
-        """The table's launch and the max_model_len used, or ``None`` for a miss."""
-        positions = values[0]
-        compress_ratio, num_decode, block_size = values[1], values[2], values[5]
-        global_decode, prefill, width = values[7], values[9], values[10]
-        arch = self.arch_of(positions.device)
-        if arch is None:
-            return None
-        shape = (
-            arch,
-            compress_ratio,
-            prefill.shape[1],
-            global_decode.shape[1],
-            width,
-            positions.shape[0],
-            num_decode,
-            block_size,
-        )
+    def decide(self, values: tuple[Any, ...]) -> Decision | None:
+        """A hit's launch (with what its warm-up needs), or ``None`` for a miss.
+
+        Cached by the call's shape and device index, so a repeated shape costs a few
+        attribute reads and one dict lookup. Arguments that are not what vLLM passes
+        (not tensors, say) are a miss: the original then fails as upstream would.
+        """
         try:
-            return self._decisions[shape]
-        except KeyError:
-            pass
-        decision = self._decide_uncached(*shape)
-        if len(self._decisions) >= _CACHE_LIMIT:
-            self._decisions.clear()
-        self._decisions[shape] = decision
-        return decision
+            positions = values[0]
+            shape = (
+                positions.get_device(),
+                values[1],
+                values[9].shape[1],
+                values[7].shape[1],
+                values[10],
+                positions.shape[0],
+                values[2],
+                values[5],
+            )
+            decision = self._decisions.get(shape, _UNSET)
+        except Exception:
+            return None
+        if decision is _UNSET:
+            decision = self._decide_uncached(positions.device, *shape[1:])
+            if len(self._decisions) >= _CACHE_LIMIT:
+                self._decisions.clear()
+            self._decisions[shape] = decision
+        return decision  # type: ignore[no-any-return]
 
     def _decide_uncached(
         self,
-        arch: str,
+        device: torch.device,
         compress_ratio: int,
         capacity: int,
         decode_capacity: int,
@@ -215,7 +227,10 @@ class C128ADispatch:
         num_tokens: int,
         num_decode: int,
         block_size: int,
-    ) -> tuple[Launch, int] | None:
+    ) -> Decision | None:
+        arch = self.arch_of(device)
+        if arch is None:
+            return None
         ints = (compress_ratio, capacity, width, num_tokens, num_decode, block_size)
         if decode_capacity != capacity or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in ints
@@ -233,9 +248,9 @@ class C128ADispatch:
                 arch=arch,
                 compress_ratio=compress_ratio,
                 max_model_len=max_model_len,
-                # Any max_seq_len in (w/2 * r, w * r] gives vLLM's width w; the top of
-                # that class is capped by max_model_len, which keeps the width (the
-                # check below makes sure).
+                # Any max_seq_len in (w/2 * r, (w + 1) * r) gives vLLM's width w; w * r is
+                # inside that class, capped by max_model_len, which keeps the width
+                # when w is the capacity (the check below makes sure).
                 max_seq_len=min(width * compress_ratio, max_model_len),
                 num_decode_tokens=num_decode,
                 num_prefill_tokens=num_tokens - num_decode,
@@ -257,35 +272,31 @@ class C128ADispatch:
             or launch.row_stride != capacity
         ):
             return None
-        return launch, max_model_len
+        return Decision(launch, arch, max_model_len, (arch, max_model_len, _device_token(device)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.enabled:
             values = _bind(args, kwargs)
             decision = None if values is None else self.decide(values)
-            if decision is not None and self._warmed_for(values[0], *decision):
+            if decision is not None and (
+                decision.warm_token in self._warmed or self._warm_lazily(values[0], decision)
+            ):
                 self.hits += 1
-                return self._run_hit(values, decision[0])
+                return self._run_hit(values, decision.launch)  # type: ignore[index]
         self.misses += 1
         return self.original(*args, **kwargs)
 
-    def _warmed_for(self, positions: torch.Tensor, launch: Launch, max_model_len: int) -> bool:
-        """Lazy fallback warm-up on a deployment's first hit; ``False`` if it failed.
+    def _warm_lazily(self, positions: torch.Tensor, decision: Decision) -> bool:
+        """Fallback warm-up on a deployment's first hit; ``False`` if it failed.
 
         Skipped while a CUDA graph is being captured (nothing may be launched on the
         side then); the hit's own launch still compiles its tile if it must.
         """
         if not self.lazy_warmup:
             return True
-        device = positions.device
-        arch = self.arch_of(device)
-        if arch is None:
-            return False
-        if (arch, max_model_len, _device_token(device)) in self._warmed:
-            return True
         if positions.is_cuda and torch.cuda.is_current_stream_capturing():
             return True
-        return self.warm_once(arch, max_model_len, device)
+        return self.warm_once(decision.arch, decision.max_model_len, positions.device)
 
     @staticmethod
     def _run_hit(values: tuple[Any, ...], launch: Launch) -> Any:

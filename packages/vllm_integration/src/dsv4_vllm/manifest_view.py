@@ -2,7 +2,8 @@
 
 The text form is meant to be pasted: the environment block is a list of ``export``
 lines and the command is one ``shlex.join`` line, so what is printed is exactly
-what runs. Values of variables whose names look secret are masked in both forms.
+what runs. Values of variables whose names look secret are never printed: the text
+form exports them from the shell's own value, the JSON form shows a mask.
 """
 
 from __future__ import annotations
@@ -40,8 +41,12 @@ class LaunchView:
 
 
 def _env_lines(env: Mapping[str, str]) -> list[str]:
+    """``export NAME=value``; a masked variable is exported from the shell's own value."""
     return [
-        f"export {name}={shlex.quote(shown_value(name, env[name]))}" for name in sorted(env)
+        f"export {name}={shlex.quote(env[name])}"
+        if shown_value(name, env[name]) == env[name]
+        else f"export {name}  # value hidden; exported from your shell"
+        for name in sorted(env)
     ]
 
 
@@ -63,8 +68,8 @@ def render_text(view: LaunchView) -> str:
     if m.source == "passthrough":
         lines.append("  note:     no envelope matches this key; your arguments pass through "
                      "unchanged")
-    if m.notes:
-        lines.append(f"  notes:    {m.notes}")
+    for i, note in enumerate(m.notes.splitlines()):
+        lines.append(f"  {'notes:' if i == 0 else '':<9} {note}")
     for v in m.violations:
         state = "allowed by --allow-avoided" if v.rule in view.allowed else "REFUSED"
         lines.append(f"  avoid:    {v.rule} ({state}): {v.reason} [{v.evidence}]")
