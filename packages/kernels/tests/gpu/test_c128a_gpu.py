@@ -115,7 +115,7 @@ GPU_TILES = [
     for cpp in (128, 256, 1024, 8192)
     for warps in (1, 4, 16)
     for split in (False, True)
-    if tpp * cpp <= 1 << 16
+    if tpp * cpp <= 4096 * warps  # at most 128 elements per thread
 ]
 
 
