@@ -233,3 +233,10 @@ def test_rows_are_read_at_the_capacity_stride() -> None:
     for t in range(batch.num_prefill_tokens):
         row = flat[t * batch.capacity : t * batch.capacity + batch.width]
         assert torch.equal(row, prefill[t]), t
+
+
+def test_prefill_only_batch_may_pass_an_empty_block_table() -> None:
+    # vLLM slices the table to the decode requests: none in a prefill-only step.
+    batch = make_batch(num_decode=0, num_prefill=19, context=70_000, capacity=768, seed=6)
+    batch.block_table = torch.empty((0, 5), dtype=torch.int32)
+    check_against_reference(batch, [BASELINE, (16, 256, 4, True)])

@@ -344,6 +344,19 @@ def test_every_visible_device(cuda: torch.device) -> None:
         assert_same_buffers(actual, expected)
 
 
+def test_prefill_only_with_an_empty_block_table(cuda: torch.device) -> None:
+    """vLLM slices the table to the decode requests; a fresh empty one has a null pointer."""
+    batch = make_batch(num_decode=0, num_prefill=700, context=300_000, capacity=4096,
+                       device=cuda, seed=12)
+    batch.block_table = torch.empty((0, 9), dtype=torch.int32, device=cuda)
+    expected = expected_for(batch)
+    for tile in (BASELINE, (16, 256, 4, True)):
+        actual = batch.fresh()
+        run_tile(actual, tile)
+        torch.cuda.synchronize()
+        assert_same_buffers(actual, expected)
+
+
 # ---------------------------------------------------------------- bad inputs on the GPU
 def test_bad_inputs_on_cuda_raise_before_launching(cuda: torch.device) -> None:
     batch = make_batch(num_decode=4, num_prefill=4, context=30_000, capacity=512,
