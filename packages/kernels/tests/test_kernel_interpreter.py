@@ -135,14 +135,14 @@ def describe(batch: Batch) -> None:
     event(f"padding tokens: {bool((batch.slot_mapping[:d] < 0).any())}")
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches(), tile=st.sampled_from(TILES))
 def test_kernel_matches_reference(batch: Batch, tile: tuple[int, int, int, bool]) -> None:
     describe(batch)
     check_against_reference(batch, [tile])
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=batches(max_decode=12, max_prefill=12))
 def test_every_tile_bit_identical_to_baseline(batch: Batch) -> None:
     describe(batch)
