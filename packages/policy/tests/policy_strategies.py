@@ -177,8 +177,11 @@ def pow2(low: int, high: int) -> st.SearchStrategy[int]:
     return st.sampled_from([1 << i for i in range(low.bit_length() - 1, high.bit_length())])
 
 
-tiles = st.builds(Tile, pow2(1, 256), pow2(128, 8192), st.sampled_from([1, 2, 4, 8, 16]),
-                  st.booleans())
+tiles = st.sampled_from([1, 2, 4, 8, 16]).flatmap(
+    # The kernel's limit: at most 128 elements per thread, i.e. tpp * cpp <= 4096 * warps.
+    lambda w: pow2(128, min(8192, 4096 * w)).flatmap(
+        lambda c: st.builds(Tile, pow2(1, min(256, 4096 * w // c)), st.just(c), st.just(w),
+                            st.booleans())))
 
 
 LIMITS = {"max_model_len": (1, 1 << 21), "max_seq_len": (0, 1 << 21),
@@ -275,8 +278,11 @@ def random_entries(rng: random.Random, attempts: int = 8) -> list[Entry]:
     """A disjoint list of entries (by the oracle) with unique ids."""
     kept: list[Entry] = []
     for i in range(attempts):
-        tile = Tile(1 << rng.randint(0, 8), 1 << rng.randint(7, 13), rng.choice([1, 2, 4, 8, 16]),
-                    rng.random() < 0.5)
+        warps = rng.choice([1, 2, 4, 8, 16])
+        cols = 1 << rng.randint(7, min(13, (4096 * warps).bit_length() - 1))
+        # The kernel's limit: at most 128 elements per thread (4096 per warp).
+        tokens = 1 << rng.randint(0, max(0, min(8, (4096 * warps // cols).bit_length() - 1)))
+        tile = Tile(tokens, cols, warps, rng.random() < 0.5)
         candidate = Entry(f"t{i}", random_match(rng), tile, {"seed": "random"})
         if not any(oracle_overlap(candidate, e) for e in kept):
             kept.append(candidate)

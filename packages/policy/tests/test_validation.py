@@ -57,6 +57,7 @@ EXPECTED: dict[str, list[str]] = {
     "launch_tokens_not_pow2.toml": ["field launch.tokens_per_program",
                                     "power of two in 1..256; got 3"],
     "launch_tokens_too_big.toml": ["field launch.tokens_per_program", "got 512"],
+    "launch_tile_too_big.toml": ["field launch.cols_per_program", "16384 exceeds 128 elements per thread"],
     "launch_cols_too_small.toml": ["field launch.cols_per_program",
                                    "power of two in 128..8192; got 64"],
     "launch_bad_warps.toml": ["field launch.num_warps", "one of 1, 2, 4, 8, 16; got integer 3"],

@@ -33,6 +33,10 @@ from dsv4_policy.table import (
 CompileKey = tuple[int, int, int]
 TILE_FIELDS = ("tokens_per_program", "cols_per_program", "num_warps", "split_width")
 WARPS = (1, 2, 4, 8, 16)
+MAX_ELEMENTS_PER_THREAD = 128
+"""The kernel refuses tiles above this many elements per thread: compile time and
+register pressure grow past it (measured on an H200: ~8 s to compile at 128, minutes at
+2048). Checked here too, so a table can never hold a tile the kernel would reject."""
 MAX_BOXES = 1024
 """An entry's sets may expand to at most this many (value-run) boxes in the fast index."""
 
@@ -59,6 +63,16 @@ def tile_problems(
     if type(num_warps) is not int or num_warps not in WARPS:
         found.append(("num_warps", f"num_warps must be one of {', '.join(map(str, WARPS))}; "
                                    f"got {what(num_warps)}"))
+    if not found and tokens_per_program * cols_per_program > (  # type: ignore[operator]
+        MAX_ELEMENTS_PER_THREAD * 32 * num_warps  # type: ignore[operator]
+    ):
+        found.append(("cols_per_program",
+                      f"tokens_per_program * cols_per_program = "
+                      f"{tokens_per_program * cols_per_program} exceeds "  # type: ignore[operator]
+                      f"{MAX_ELEMENTS_PER_THREAD} elements per thread "
+                      f"({MAX_ELEMENTS_PER_THREAD} * 32 * num_warps = "
+                      f"{MAX_ELEMENTS_PER_THREAD * 32 * num_warps}); use more warps or a "  # type: ignore[operator]
+                      f"smaller tile"))
     if type(split_width) is not bool:
         found.append(("split_width", f"split_width must be a boolean (true or false); "
                                      f"got {what(split_width)}"))
