@@ -108,7 +108,107 @@ def check_inputs(
     width: object,
     decode_view_width: object,
 ) -> Checked:
-    """Check the data arguments; return the token counts and widths they imply."""
+    """Check the data arguments; return the token counts and widths they imply.
+
+    A model step pays for this on every call, so a single pass over the attributes
+    accepts the common, valid call; anything it is not sure of goes to the detailed
+    checks, which name the argument, what it got and what is accepted.
+    """
+    checked = _accept_fast(
+        positions, compress_ratio, num_decode_tokens, token_to_req_indices, block_table,
+        block_size, slot_mapping, global_decode_buffer, decode_lens_buffer, prefill_buffer,
+        width, decode_view_width,
+    )
+    if checked is not None:
+        return checked
+    return explain_inputs(
+        positions, compress_ratio, num_decode_tokens, token_to_req_indices, block_table,
+        block_size, slot_mapping, global_decode_buffer, decode_lens_buffer, prefill_buffer,
+        width=width, decode_view_width=decode_view_width,
+    )
+
+
+_I32, _I64, _Tensor = torch.int32, torch.int64, torch.Tensor
+
+
+def _accept_fast(
+    pos: object, ratio: object, num_decode: object, req: object, table: object,
+    block_size: object, slots: object, dbuf: object, lens: object, pbuf: object,
+    width: object, view: object,
+) -> Checked | None:
+    """``Checked`` when every condition of :func:`explain_inputs` plainly holds, else None.
+
+    Deliberately narrower than the detailed checks (it also wants unit strides on the
+    1-D inputs and real CPU or CUDA tensors), never wider: a test asserts that whatever
+    it accepts, the detailed checks accept with the same result.
+    """
+    tensor = _Tensor
+    if not (type(pos) is tensor and type(req) is tensor and type(table) is tensor
+            and type(slots) is tensor and type(dbuf) is tensor and type(lens) is tensor
+            and type(pbuf) is tensor):
+        return None
+    if not (pos.dtype is _I64 and slots.dtype is _I64 and req.dtype is _I32
+            and table.dtype is _I32 and dbuf.dtype is _I32 and lens.dtype is _I32
+            and pbuf.dtype is _I32):
+        return None
+    if not (type(ratio) is int and ratio > 0 and type(block_size) is int and block_size > 0
+            and type(num_decode) is int and type(width) is int):
+        return None
+    pos_stride, req_stride, slot_stride, lens_stride = (
+        pos.stride(), req.stride(), slots.stride(), lens.stride())
+    d_stride, p_stride, t_stride = dbuf.stride(), pbuf.stride(), table.stride()
+    if not (len(pos_stride) == len(req_stride) == len(slot_stride) == len(lens_stride) == 1
+            and len(d_stride) == len(p_stride) == len(t_stride) == 2):
+        return None
+    if not (pos_stride[0] == req_stride[0] == slot_stride[0] == lens_stride[0] == 1
+            and d_stride[1] == p_stride[1] == t_stride[1] == 1):
+        return None
+    num_tokens = pos.shape[0]
+    d_rows, capacity = dbuf.shape
+    p_rows, p_cols = pbuf.shape
+    t_rows, t_cols = table.shape
+    view_width = width if view is None else view
+    if not (0 <= num_decode <= num_tokens and width > 0 and width % WIDTH_MULTIPLE == 0
+            and width <= capacity and width <= p_cols
+            and type(view_width) is int and width <= view_width <= capacity):
+        return None
+    if not (d_stride[0] >= capacity and d_stride[0] % ROW_STRIDE_MULTIPLE == 0
+            and p_stride[0] >= p_cols and p_stride[0] % ROW_STRIDE_MULTIPLE == 0
+            and dbuf.data_ptr() % BUFFER_ALIGNMENT_BYTES == 0
+            and pbuf.data_ptr() % BUFFER_ALIGNMENT_BYTES == 0):
+        return None
+    num_prefill = num_tokens - num_decode
+    if not (d_rows >= num_decode and lens.shape[0] >= num_decode
+            and req.shape[0] >= num_decode and slots.shape[0] >= num_decode
+            and p_rows >= num_prefill and (num_decode == 0 or (t_rows >= 1 and t_cols >= 1))):
+        return None
+    index = pos.get_device()
+    cuda = pos.is_cuda
+    if not (cuda or pos.is_cpu):
+        return None
+    for other in (req, table, slots, dbuf, lens, pbuf):
+        if other.get_device() != index or other.is_cuda is not cuda or not (
+                cuda or other.is_cpu):
+            return None
+    return Checked(num_tokens, num_decode, num_prefill, width, view_width, pos.device)
+
+
+def explain_inputs(
+    positions: object,
+    compress_ratio: object,
+    num_decode_tokens: object,
+    token_to_req_indices: object,
+    block_table: object,
+    block_size: object,
+    slot_mapping: object,
+    global_decode_buffer: object,
+    decode_lens_buffer: object,
+    prefill_buffer: object,
+    *,
+    width: object,
+    decode_view_width: object,
+) -> Checked:
+    """The detailed checks: raise ``ValueError`` naming the first problem found."""
     pos = _tensor("positions", positions, torch.int64, 1)
     num_tokens = pos.shape[0]
     _positive("compress_ratio", compress_ratio)
