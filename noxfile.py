@@ -342,4 +342,5 @@ def affected(session: nox.Session) -> None:
         session.run(sys.executable, "-m", "nox", *offline, "-s", *chosen, external=True)
 
 
-nox.options.sessions = [*(t.name for t in CPU_TARGETS), "meta", "lint", "build"]
+# A bare `nox`: every CPU session, and the main job, which runs its CPU path without a GPU.
+nox.options.sessions = [*(t.name for t in CPU_TARGETS), "meta", "lint", "build", "report"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,13 @@ def _progress(i: int, n: int, what: str) -> None:
 
 
 # ----------------------------------------------------------------------------- CPU part
+def policy_width(shape: object) -> int:
+    """The upstream active width for a shape; it does not depend on the GPU."""
+    from dsv4_policy import c128a
+
+    return c128a.active_width(shape.key("sm80"))  # type: ignore[attr-defined]
+
+
 def interpreter_check(cases: int = 6, seed: int = 0) -> list[dict]:
     """Kernel against the reference under TRITON_INTERPRET=1 at small sizes."""
     import harness
@@ -53,7 +61,7 @@ def interpreter_check(cases: int = 6, seed: int = 0) -> list[dict]:
         num_prefill = int(torch.randint(0 if num_decode else 1, 6, (1,), generator=gen))
         shape = harness.Shape(f"case{i}", num_decode, num_prefill, ctx,
                               max_model_len=1 << 19, num_reqs=3)
-        width = harness.launches(shape, "cpu")["baseline"].width
+        width = policy_width(shape)
         tile = tiles[i % len(tiles)]
         spec = harness.LaunchSpec("check", width, *tile, source="interpreter")
         got = harness.make_inputs(shape, torch.device("cpu"), seed=seed + i)
@@ -248,10 +256,12 @@ def cpu_markdown(check: list[dict], launches: list[dict], manifests: list[dict])
                         for r in launches]),
              "\n## Serve manifests\n"]
     for m in manifests:
-        parts.append(f"### {m['envelope']} ({m['source']}, expected "
-                     f"{m['expected_tok_s']} tok/s)\n\n```\n"
-                     + " ".join(f"{k}={v}" for k, v in m["env"].items())
-                     + " vllm serve " + " ".join(m["argv"]) + "\n```\n")
+        rate = (f"expected {m['expected_tok_s']} tok/s aggregate" if m["expected_tok_s"]
+                else "control shape, no published rate")
+        command = shlex.join(["vllm", "serve", *m["argv"]])
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in m["env"].items())
+        parts.append(f"### {m['envelope']} ({m['source']}, {rate})\n\n```bash\n"
+                     f"{env} {command}\n```\n")
     return "\n".join(parts)
 
 
