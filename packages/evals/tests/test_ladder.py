@@ -86,6 +86,7 @@ def timed(
     for _ in range(attempts):
         with ScriptedServer(**server_kw) as server:
             out = run(server)
+            server.wait_idle()
         report = out if isinstance(out, LadderReport) else None
         late = slip(server, report)
         if late <= limit:
@@ -127,6 +128,7 @@ def test_concurrent_sequences_reach_the_server_together():
 
     def run(server: ScriptedServer) -> LadderReport:
         report = run_ladder([env(4, 4 * RATE)], options(server))
+        server.wait_idle()
         seen.update(max_active=server.max_active, streams=list(server.streams))
         return report
 

@@ -89,6 +89,20 @@ class ScriptedServer:
                 tmp.write_text(json.dumps(self.snapshot()))
                 tmp.replace(self.record)
 
+    def wait_idle(self, timeout_s: float = 5.0) -> None:
+        """Block until every stream a client opened has been recorded as finished.
+
+        A client can read a stream's last byte before the handler thread records it,
+        so a test reads the records only after this."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.lock:
+                if self.active == 0:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.active} streams still open after {timeout_s} s")
+            time.sleep(0.005)
+
     def snapshot(self) -> dict[str, Any]:
         return {"argv": self.argv, "max_active": self.max_active, "streams": self.streams,
                 "bodies": self.bodies, "child_pid": self.child_pid}
