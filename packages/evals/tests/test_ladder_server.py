@@ -188,18 +188,20 @@ def _handler(script: ScriptedServer) -> type[BaseHTTPRequestHandler]:
                     self._event({"object": "text_completion", "choices": [choice]})
                     emits.append(time.perf_counter())
                     lateness = max(lateness, emits[-1] - due)
-                want_usage = (body.get("stream_options") or {}).get("include_usage")
-                if want_usage and script.send_usage:
-                    self._event({"choices": [], "usage": {"prompt_tokens": 10,
-                                                          "completion_tokens": n,
-                                                          "total_tokens": n + 10}})
-                self._event("[DONE]")
             finally:
+                # Recorded before the closing events: a client that has read the whole
+                # stream, and a launcher that then stops this server, always find it.
                 script.stream_finished({
                     "start": start, "end": time.perf_counter(), "tokens": n,
                     "seq": int(tag.group(1)) - 1 if tag else None,
                     "emits": emits, "lateness": lateness,
                 })
+            want_usage = (body.get("stream_options") or {}).get("include_usage")
+            if want_usage and script.send_usage:
+                self._event({"choices": [], "usage": {"prompt_tokens": 10,
+                                                      "completion_tokens": n,
+                                                      "total_tokens": n + 10}})
+            self._event("[DONE]")
 
     return Handler
 
