@@ -164,7 +164,7 @@ def _select(session: nox.Session, pool: list[target_graph.Target]) -> tuple[list
 def _gpu_pytest_args(fingerprint: dict, target: target_graph.Target) -> list[str]:
     """One pytest-xdist worker per visible GPU; each worker pins its own device."""
     count = int(fingerprint.get("device_count", 1))
-    return ["-n", str(count), "--dist", "loadfile"] if count > 1 and target.pytest else []
+    return ["-n", str(count), "--dist", "load"] if count > 1 and target.pytest else []
 
 
 def _aggregate(session: nox.Session, pool: list[target_graph.Target], *, needs_gpu: bool) -> None:
