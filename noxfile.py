@@ -74,6 +74,17 @@ def _install(session: nox.Session, target: target_graph.Target, *, exact: bool) 
     )
 
 
+def _needs_gpu(target: target_graph.Target) -> bool:
+    """The session fails without a CUDA device: gpu-tagged tests, benches and tuning."""
+    return "gpu" in target.tags or target.kind in GPU_KINDS
+
+
+def _gpu_env(target: target_graph.Target) -> bool:
+    """The CUDA driver variables get in: every GPU target, and the report, which times
+    on a GPU when one is visible and falls back to the interpreter when not."""
+    return _needs_gpu(target) or target.kind == "report"
+
+
 def _source_path(target: target_graph.Target) -> list[str]:
     """PYTHONPATH for offline runs: the target's package and its intra-repo deps."""
     return [str(GRAPH.packages[d].folder / "src") for d in GRAPH.target_packages(target)]
@@ -88,7 +99,7 @@ def _run_target(session: nox.Session, target: target_graph.Target, extra: list[s
         bin_dir=str(Path(_python(session)).parent),
         allow=target.env,
         set_env=target.set_env,
-        gpu="gpu" in target.tags or target.kind in (*GPU_KINDS, "report"),
+        gpu=_gpu_env(target),
         python_path=[str(PLUGIN_DIR), *(_source_path(target) if offline else [])],
     )
     env["DSV4_ARTIFACTS_DIR"] = str(ARTIFACTS)  # where results go: the session's, not a leak
@@ -148,6 +159,8 @@ def _select(session: nox.Session, pool: list[target_graph.Target]) -> tuple[list
     chosen = pool
     if "--targets" in args:
         i = args.index("--targets")
+        if i + 1 >= len(args):
+            session.error(f"--targets needs a comma-separated list of {[t.name for t in pool]}")
         names = args[i + 1].split(",")
         del args[i : i + 2]
         unknown = sorted(set(names) - {t.name for t in pool})
@@ -162,9 +175,14 @@ def _select(session: nox.Session, pool: list[target_graph.Target]) -> tuple[list
 
 
 def _gpu_pytest_args(fingerprint: dict, target: target_graph.Target) -> list[str]:
-    """One pytest-xdist worker per visible GPU; each worker pins its own device."""
+    """One pytest-xdist worker per visible GPU; each worker pins its own device.
+
+    Benchmarks stay in one process: pytest-benchmark turns itself off under xdist, and
+    timings taken while another GPU test runs on the host would not be worth keeping."""
     count = int(fingerprint.get("device_count", 1))
-    return ["-n", str(count), "--dist", "load"] if count > 1 and target.pytest else []
+    if count > 1 and target.pytest and target.kind == "test":
+        return ["-n", str(count), "--dist", "load"]
+    return []
 
 
 def _aggregate(session: nox.Session, pool: list[target_graph.Target], *, needs_gpu: bool) -> None:
@@ -179,7 +197,7 @@ def _aggregate(session: nox.Session, pool: list[target_graph.Target], *, needs_g
 
 # --------------------------------------------------------------------------- target sessions
 def _make_target_session(target: target_graph.Target) -> None:
-    needs_gpu = "gpu" in target.tags or target.kind in GPU_KINDS
+    needs_gpu = _needs_gpu(target)
 
     def session_fn(session: nox.Session) -> None:
         fingerprint = _cuda_fingerprint(session) if needs_gpu else {}
