@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -322,8 +322,3 @@ def _jsonable(value: object) -> object:
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)  # type: ignore[arg-type]
     raise TypeError(f"not JSON-serialisable: {value!r}")
-
-
-def geometric_tokens(buckets: Iterable[tuple[int, int]]) -> list[int]:
-    """A representative token count for each inclusive bucket (its geometric middle)."""
-    return [max(lo, min(hi, round((lo * hi) ** 0.5))) for lo, hi in buckets]
