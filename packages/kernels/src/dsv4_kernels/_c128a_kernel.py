@@ -122,51 +122,6 @@ def c128a_topk_metadata_kernel(
             tl.store(out_row[:, None] + cols[None, :], local, mask=store_mask)
 
 
-def launch(
-    grid: tuple[int, int],
-    *,
-    decode: object,
-    prefill: object,
-    lens: object,
-    positions: object,
-    token_to_req: object,
-    block_table: object,
-    slot_mapping: object,
-    decode_stride: int,
-    prefill_stride: int,
-    block_table_stride: int,
-    compress_ratio: int,
-    width: int,
-    block_size: int,
-    num_decode: int,
-    num_tokens: int,
-    tokens_per_program: int,
-    cols_per_program: int,
-    num_warps: int,
-) -> None:
-    """Launch the kernel with validated arguments (the wrapper's job, not this one's)."""
-    c128a_topk_metadata_kernel[grid](
-        decode,
-        prefill,
-        lens,
-        positions,
-        token_to_req,
-        block_table,
-        slot_mapping,
-        decode_stride,
-        prefill_stride,
-        block_table_stride,
-        compress_ratio,
-        width,
-        block_size,
-        num_decode,
-        num_tokens,
-        TOKENS_PER_PROGRAM=tokens_per_program,
-        COLS_PER_PROGRAM=cols_per_program,
-        num_warps=num_warps,
-    )
-
-
 def compiled_binaries() -> int:
     """Binaries the JIT holds for this kernel in this process, over all devices.
 

@@ -78,34 +78,23 @@ def build_c128a_topk_metadata(
 
     col_programs = triton.cdiv(width, cols_per_program) if split_width else 1
     grid = (triton.cdiv(num_tokens, tokens_per_program), col_programs)
-    args = dict(
-        decode=global_decode_buffer,
-        prefill=prefill_buffer,
-        lens=decode_lens_buffer,
-        positions=positions,
-        token_to_req=token_to_req_indices,
-        block_table=block_table,
-        slot_mapping=slot_mapping,
-        decode_stride=global_decode_buffer.stride(0),
-        prefill_stride=prefill_buffer.stride(0),
-        block_table_stride=block_table.stride(0),
-        compress_ratio=compress_ratio,
-        width=width,
-        block_size=block_size,
-        num_decode=num_decode,
-        num_tokens=num_tokens,
-        tokens_per_program=tokens_per_program,
-        cols_per_program=cols_per_program,
-        num_warps=num_warps,
+    kernel = _k.c128a_topk_metadata_kernel[grid]
+    launch_args = (
+        global_decode_buffer, prefill_buffer, decode_lens_buffer, positions,
+        token_to_req_indices, block_table, slot_mapping,
+        global_decode_buffer.stride(0), prefill_buffer.stride(0), block_table.stride(0),
+        compress_ratio, width, block_size, num_decode, num_tokens,
     )
     device = checked.device
     if device.type == "cuda" and device.index is not None and (
         device.index != torch.cuda.current_device()
     ):
         with torch.cuda.device(device):
-            _k.launch(grid, **args)
+            kernel(*launch_args, TOKENS_PER_PROGRAM=tokens_per_program,
+                   COLS_PER_PROGRAM=cols_per_program, num_warps=num_warps)
     else:
-        _k.launch(grid, **args)
+        kernel(*launch_args, TOKENS_PER_PROGRAM=tokens_per_program,
+               COLS_PER_PROGRAM=cols_per_program, num_warps=num_warps)
     return views
 
 
