@@ -49,7 +49,7 @@ def test_dry_run_prints_the_seed_arguments(tmp_path: Path, capsys) -> None:
 
 
 def test_options_reach_the_argv(tmp_path: Path, capsys) -> None:
-    assert run("--base-url", "http://10.0.0.5:8000/v1/completions", "--model", "m",
+    assert run("--base-url", "http://10.0.0.5:8000/", "--model", "m",
                "--output-path", str(tmp_path), "--tokenizer", "/models/tok",
                "--trust-remote-code", "--task", "gsm8k:8", "--limit", "20",
                "--extra-arg=--verbosity", "--extra-arg", "DEBUG", "--dry-run") == 0  # fmt: skip

@@ -2,7 +2,7 @@
 
 An A/B comparison is only honest when both runs used the same tasks, shots,
 generation settings, concurrency and seed. This command fixes them to the seed's:
-``local-completions`` against ``<base-url>/completions`` with ``num_concurrent=32``,
+``local-completions`` against ``<server root>/v1/completions`` with ``num_concurrent=32``,
 ``max_gen_toks=32768,temperature=0.0,do_sample=False``, ``--log_samples`` (the A/B
 gate pairs those samples) and ``--seed 0``; gpqa_diamond_cot_zeroshot zero-shot and
 gsm8k 5-shot, one lm-eval invocation per task, each under ``<out>/<task>/``.
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .stress.runner import check_base_url
+from .base_url import HELP as BASE_URL_HELP
+from .base_url import normalize_base_url
 
 # task -> number of few-shot examples, as in the seed's tables
 SEED_TASKS: dict[str, int] = {"gpqa_diamond_cot_zeroshot": 0, "gsm8k": 5}
@@ -48,8 +49,7 @@ class LmEvalPlan:
     extra: tuple[str, ...] = ()
 
     def completions_url(self) -> str:
-        url = self.base_url.rstrip("/")
-        return url if url.endswith("/completions") else url + "/completions"
+        return normalize_base_url(self.base_url).api_url("completions")
 
     def model_args(self) -> str:
         parts = [f"model={self.model}"]
@@ -113,7 +113,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--base-url",
         required=True,
-        help="server root such as http://127.0.0.1:18004/v1 (or its /completions)",
+        help=BASE_URL_HELP + "; lm-eval gets <root>/v1/completions",
     )
     p.add_argument("--model", required=True, help="the served model name")
     p.add_argument(
@@ -152,14 +152,14 @@ def register(subparsers: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     try:
-        check_base_url(args.base_url)
+        root = normalize_base_url(args.base_url).root
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1")
     except ValueError as exc:
         print(f"dsv4-evals lm-eval: error: {exc}", file=sys.stderr)
         return 2
     plan = LmEvalPlan(
-        base_url=args.base_url,
+        base_url=root,
         model=args.model,
         output_path=args.output_path,
         tasks=tuple(args.tasks) if args.tasks else tuple(SEED_TASKS.items()),
@@ -170,6 +170,8 @@ def run_command(args: argparse.Namespace) -> int:
         extra=tuple(args.extra),
     )
     argvs = plan.argvs()
+    print(f"dsv4-evals lm-eval: server {plan.base_url}; lm-eval sends to "
+          f"{plan.completions_url()}", file=sys.stderr)
     if args.dry_run:
         for argv in argvs:
             print(shlex.join(argv))
@@ -184,7 +186,10 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     plan.output_path.mkdir(parents=True, exist_ok=True)
     manifest = plan.output_path / "dsv4-lm-eval.json"
-    manifest.write_text(json.dumps({"argv": argvs}, indent=2) + "\n")
+    manifest.write_text(
+        json.dumps({"base_url": plan.base_url, "url": plan.completions_url(), "argv": argvs},
+                   indent=2) + "\n"
+    )
     for argv in argvs:
         print(f"dsv4-evals lm-eval: running {shlex.join(argv)}", file=sys.stderr)
         code = subprocess.run(argv, check=False).returncode

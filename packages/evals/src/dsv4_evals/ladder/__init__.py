@@ -24,6 +24,8 @@ from pathlib import Path
 from rich.console import Console
 
 from dsv4_evals._ladder_render import error, stdout_console, to_json
+from dsv4_evals.base_url import HELP as BASE_URL_HELP
+from dsv4_evals.base_url import BaseURLError, normalize_base_url
 from dsv4_evals.ladder.envelopes import EnvelopeLike, select, shipped_envelopes, verdict
 from dsv4_evals.ladder.measure import StreamRecord, aggregate_rate, sequence_rate
 from dsv4_evals.ladder.prompt import DEFAULT_WORDS_PER_TOKEN
@@ -57,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="measure only this envelope (repeatable; default: all)")
     where = p.add_argument_group("server")
     where.add_argument("--base-url", default="http://127.0.0.1:8000",
-                       help="OpenAI-compatible server (also where --launch waits for it)")
+                       help=BASE_URL_HELP + "; also where --launch waits for it")
     where.add_argument("--launch", action="store_true",
                        help="start the server per envelope with dsv4-serve, stop it after")
     where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
@@ -110,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     if not chosen:
         error("ladder", "the serve table has no envelopes to measure")
         return 2
+    try:
+        normalize_base_url(args.base_url)
+    except BaseURLError as exc:
+        error("ladder", str(exc))
+        return 2
     launch = None
     if args.launch:
         log_dir = args.out or Path(tempfile.mkdtemp(prefix="dsv4-ladder-"))
@@ -119,22 +126,7 @@ def run(args: argparse.Namespace) -> int:
             model_args=tuple(args.model_args),
             ready_timeout_s=args.launch_timeout,
         )
-    options = LadderOptions(
-        base_url=args.base_url,
-        api=args.api,
-        model=args.model,
-        prompt_fraction=args.prompt_fraction,
-        prompt_tokens=args.prompt_tokens,
-        words_per_token=args.words_per_token,
-        calibrate=not args.no_calibrate,
-        shared_prefix=not args.distinct_prompts,
-        max_tokens=args.max_tokens,
-        ignore_eos=not args.allow_eos,
-        tolerance=args.tolerance,
-        warmup=args.warmup,
-        request_timeout_s=args.request_timeout,
-        launch=launch,
-    )
+    options = options_from_args(args, args.base_url, launch)
     err_console = Console(stderr=True)
     if args.no_progress or not err_console.is_terminal:
         report = run_ladder(chosen, options)
@@ -150,6 +142,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(report, stdout_console())
     return 0 if report.ok else 1
+
+
+def options_from_args(
+    args: argparse.Namespace, base_url: str, launch: LaunchOptions | None
+) -> LadderOptions:
+    """The measurement options of the request flags (shared with ``matrix``)."""
+    return LadderOptions(
+        base_url=base_url,
+        api=args.api,
+        model=args.model,
+        prompt_fraction=args.prompt_fraction,
+        prompt_tokens=args.prompt_tokens,
+        words_per_token=args.words_per_token,
+        calibrate=not args.no_calibrate,
+        shared_prefix=not args.distinct_prompts,
+        max_tokens=args.max_tokens,
+        ignore_eos=not args.allow_eos,
+        tolerance=args.tolerance,
+        warmup=args.warmup,
+        request_timeout_s=args.request_timeout,
+        launch=launch,
+    )
 
 
 def _positive_int(text: str) -> int:

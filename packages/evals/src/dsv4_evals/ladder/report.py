@@ -63,7 +63,7 @@ def rows(report: LadderReport) -> list[tuple[str, ...]]:
 def print_table(report: LadderReport, console: Console) -> None:
     print_rich_table(
         console,
-        f"decode ladder: {report.options.base_url}, tolerance "
+        f"decode ladder: {report.options.base_url} (API {report.options.base_url}/v1), tolerance "
         f"±{report.options.tolerance:.0%}, {report.options.max_tokens} tokens per sequence",
         HEADERS,
         rows(report),
@@ -80,7 +80,8 @@ def markdown(report: LadderReport) -> str:
     lines = [
         "# Decode ladder",
         "",
-        f"- server: {o.base_url}" + (" (launched per envelope)" if o.launch else ""),
+        f"- server: {o.base_url} (API {o.base_url}/v1)"
+        + (", launched per envelope" if o.launch else ""),
         f"- API: {o.api}, {o.max_tokens} generated tokens per sequence, "
         f"tolerance ±{o.tolerance:.0%}",
         "- rates exclude time to first token; aggregate = tokens over the window in which "

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from dsv4_evals.base_url import normalize_base_url
 from dsv4_evals.ladder.client import (
     RequestShape,
     ServerError,
@@ -74,6 +75,10 @@ class LadderOptions:
     warmup: int = 1
     request_timeout_s: float = 3600.0
     launch: LaunchOptions | None = None
+
+    def __post_init__(self) -> None:
+        # One rule for every subcommand (root or /v1, trailing slash or not): keep the root.
+        object.__setattr__(self, "base_url", normalize_base_url(self.base_url).root)
 
 
 class ProgressSink(Protocol):
@@ -166,6 +171,7 @@ class LadderReport:
         return {
             "ok": self.ok,
             "base_url": o.base_url,
+            "api_url": o.base_url + "/v1",
             "api": o.api,
             "tolerance": o.tolerance,
             "max_tokens": o.max_tokens,

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .._report import to_json, write_atomic
+from ..base_url import HELP as BASE_URL_HELP
 from .logscan import scan_log
 from .payload import PayloadError, load_payload
 from .report import build_report, render_markdown
@@ -42,7 +43,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--base-url",
         required=True,
-        help="server root, e.g. http://127.0.0.1:8000/v1; the only address contacted",
+        help=BASE_URL_HELP + "; the only address contacted",
     )
     p.add_argument("--model", help="model name sent in each request (default: the payload's)")
     p.add_argument(
@@ -140,6 +141,7 @@ def run_command(
             raise ValueError(f"--server-log {args.server_log}: no such file")
         identity = {
             "base_url": config.base_url,
+            "url": config.url,
             "model": body["model"],
             "payload": str(args.payload),
             "payload_sha256": payload.sha256,

@@ -158,7 +158,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             "",
         ]
     lines += [
-        f"- Server: {cfg.get('base_url')}, model {cfg.get('model')}.",
+        f"- Server: {cfg.get('base_url')} (requests to {cfg.get('url')}), "
+        f"model {cfg.get('model')}.",
         f"- Load: concurrency {cfg.get('concurrency')}, {cfg.get('warmup_waves')} warm-up waves "
         f"followed by {cfg.get('waves')} measured waves, {report['expected_requests']} requests "
         f"total. Each request used the payload {cfg.get('payload')} (sha256 "

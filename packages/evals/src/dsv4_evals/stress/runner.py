@@ -15,10 +15,10 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 
+from ..base_url import normalize_base_url
 from .classify import Result, classify_exception, classify_response
 from .payload import Payload
 
@@ -41,7 +41,8 @@ class StressConfig:
     timeout: float = 1800.0
 
     def __post_init__(self) -> None:
-        check_base_url(self.base_url)
+        # One rule for every subcommand (root or /v1, trailing slash or not): keep the root.
+        object.__setattr__(self, "base_url", normalize_base_url(self.base_url).root)
         for name in ("concurrency", "warmup_waves", "waves"):
             value = getattr(self, name)
             low = 1 if name != "warmup_waves" else 0
@@ -58,7 +59,7 @@ class StressConfig:
 
     @property
     def url(self) -> str:
-        return self.base_url.rstrip("/") + "/chat/completions"
+        return normalize_base_url(self.base_url).api_url("chat/completions")
 
     def body(self) -> dict:
         return self.payload.request(
@@ -68,16 +69,6 @@ class StressConfig:
     def phase_of(self, index: int) -> tuple[int, str]:
         wave = index // self.concurrency
         return wave, WARMUP if wave < self.warmup_waves else MEASURED
-
-
-def check_base_url(url: str) -> None:
-    """An http(s) URL with a host, e.g. http://127.0.0.1:8000/v1."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"--base-url {url!r}: expected an http(s) URL with a host, "
-            "such as http://127.0.0.1:8000/v1 (requests go to <base-url>/chat/completions)"
-        )
 
 
 OnResult = Callable[[dict], None]
