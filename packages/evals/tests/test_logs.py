@@ -267,3 +267,133 @@ def test_the_dsv4_evals_command_dispatches_to_logs(capsys):
     assert main(["logs", str(DATA / "good.log"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
     assert main(["logs", str(DATA / "spec_tokens.log"), "--json"]) == 1
+
+
+# --------------------------------------------------------------------------- spec-decode probe
+SPEC_SHAPE = ["--expect", "num_spec_tokens=2", "--expect", "uniform_decode_query_len=3",
+              "--expect-capture-sizes", "3"]  # the MTP shape of the probe logs: checks pass
+CAPTURED = "spec is captured and loses on draft compute"
+BROKEN = "spec dispatch/key selection is broken and may be worth fixing"
+
+
+def probe_lines(text: str, phase: str) -> list[int]:
+    return [i for i, line in enumerate(text.split("\n"), 1)
+            if "SPEC_CUDAGRAPH_DEBUG" in line and f"phase={phase}" in line]
+
+
+def test_spec_probe_full_reads_captured_and_passes(capsys):
+    text = read("spec_probe_full.log")
+    code, out, _ = run_logs([str(DATA / "spec_probe_full.log"), "--json", *SPEC_SHAPE], capsys)
+    doc = json.loads(out)
+    probe = doc["probes"]["spec_decode"]
+    assert code == 0 and doc["ok"] is True
+    assert probe["status"] == "captured" and probe["failed"] is False
+    assert probe["readout"] == f"cg_mode=FULL for draft prefill and decode: {CAPTURED}"
+    # FULL_DECODE_ONLY on a draft decode line counts as FULL, as for steady decode.
+    assert probe["by_phase"] == {"prefill": {"FULL": 3}, "decode": {"FULL": 3}}
+    assert [x["line"] for x in probe["lines"] if x["phase"] == "prefill"] == \
+        probe_lines(text, "prefill")
+    # Without the spec shape the capture checks fail, but the readout stays the same.
+    code, out, _ = run_logs([str(DATA / "spec_probe_full.log"), "--json"], capsys)
+    assert code == 1 and json.loads(out)["probes"]["spec_decode"]["status"] == "captured"
+
+
+def test_spec_probe_none_reads_broken_and_fails(capsys):
+    text = read("spec_probe_none.log")
+    code, out, _ = run_logs([str(DATA / "spec_probe_none.log"), "--json", *SPEC_SHAPE], capsys)
+    doc = json.loads(out)
+    probe = doc["probes"]["spec_decode"]
+    assert code == 1 and doc["ok"] is False
+    assert all(c["status"] == "pass" for c in doc["checks"])  # only the probe fails
+    assert probe["status"] == "dispatch broken" and probe["failed"] is True
+    lines = sorted(probe_lines(text, "prefill") + probe_lines(text, "decode"))
+    assert probe["readout"] == (
+        f"cg_mode=NONE for draft prefill and decode (lines "
+        f"{', '.join(map(str, lines[:5]))}, ...): {BROKEN}"
+    )
+    # The draft's NONE lines are not steady decode: the cg_mode check does not read them.
+    assert by_name(doc)["cg_mode"]["observed"] == {"FULL": 4}
+
+
+def test_spec_probe_mixed_names_the_eager_phase(capsys):
+    text = read("spec_probe_mixed.log")
+    code, out, _ = run_logs([str(DATA / "spec_probe_mixed.log"), *SPEC_SHAPE], capsys)
+    assert code == 1
+    prefill = ", ".join(map(str, probe_lines(text, "prefill")))
+    assert f"readout: cg_mode=NONE for draft prefill (lines {prefill}): {BROKEN}" in out
+    assert "verdict: FAIL" in out
+    doc_code, doc_out, _ = run_logs([str(DATA / "spec_probe_mixed.log"), "--json"], capsys)
+    assert doc_code == 1
+    probe = json.loads(doc_out)["probes"]["spec_decode"]
+    assert probe["by_phase"] == {"prefill": {"NONE": 3}, "decode": {"FULL": 3}}
+
+
+def test_a_log_without_the_probe_says_so_and_is_not_failed(capsys):
+    code, out, _ = run_logs([str(DATA / "good.log")], capsys)
+    assert code == 0
+    assert "no spec-decode probe lines (run the 64K control with SPEC_CUDAGRAPH_DEBUG=4" in out
+    code, out, _ = run_logs([str(DATA / "good.log"), "--json"], capsys)
+    probe = json.loads(out)["probes"]["spec_decode"]
+    assert probe["status"] == "absent" and probe["lines"] == [] and probe["failed"] is False
+
+
+MODES = ["FULL", "FULL_DECODE_ONLY", "NONE", "PIECEWISE"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["prefill", "decode"]), st.sampled_from(MODES)),
+                min_size=1, max_size=12),
+       st.integers(0, 2**32 - 1))
+def test_probe_outcome_matches_the_runbook_reading(steps, seed):
+    rng = random.Random(seed)
+    lines = [f"INFO 11-30 09:00:{i:02d} engine step {i} ok" for i in range(20)]
+    for k, (phase, mode) in enumerate(steps):
+        lines.insert(rng.randrange(len(lines) + 1),
+                     f"(Worker_TP{k % 8} pid=9) DEBUG SPEC_CUDAGRAPH_DEBUG draft=mtp "
+                     f"phase={phase} num_tokens={rng.randint(1, 4)} cg_mode={mode}")
+    report = scan("\n".join(lines), load_rules())
+    (probe,) = report.probes
+    modes = {"FULL" if m.startswith("FULL") else m for _, m in steps}
+    if "NONE" in modes:  # any eager draft step: dispatch is broken
+        in_log = [ln for ln in lines if "SPEC_CUDAGRAPH_DEBUG" in ln]
+        eager = list(dict.fromkeys(re.search(r"phase=(\w+)", ln).group(1)
+                                   for ln in in_log if ln.endswith("cg_mode=NONE")))
+        assert probe.status == "dispatch broken" and probe.failed
+        assert probe.readout().startswith(f"cg_mode=NONE for draft {' and '.join(eager)} (lines ")
+    elif modes == {"FULL"}:
+        assert probe.status == "captured" and not probe.failed
+        assert probe.readout().endswith(CAPTURED)
+    else:  # PIECEWISE somewhere, no NONE: the runbook has no reading for it
+        assert probe.status == "undetermined" and not probe.failed
+        assert "PIECEWISE" in probe.readout()
+    assert [s.line for s in probe.sightings] == [
+        i for i, line in enumerate(lines, 1) if "SPEC_CUDAGRAPH_DEBUG" in line
+    ]
+
+
+PROBE_HEAD = ('schema = 1\n[[check]]\nname = "x"\nkind = "int"\nexpect = "1"\n'
+              '[[check.pattern]]\nregex = "x=(?P<value>\\\\d+)"\n[[probe]]\nname = "p"\n')
+OUTCOME = ('[[probe.outcome]]\nname = "o"\nwhen = "any"\nvalues = ["NONE"]\n'
+           'readout = "r"\n')
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (PROBE_HEAD + '[[probe.pattern]]\nregex = "cg_mode=(?P<value>\\\\w+)"\n' + OUTCOME,
+         "missing: phase"),
+        (PROBE_HEAD + '[[probe.pattern]]\nregex = "(?P<phase>\\\\w+) (?P<value>\\\\w+)"\n'
+         + OUTCOME.replace('"any"', '"most"'), "expected one of any, all"),
+        (PROBE_HEAD + '[[probe.pattern]]\nregex = "(?P<phase>\\\\w+) (?P<value>\\\\w+)"\n'
+         + OUTCOME.replace('"r"', '"{phase} broken"'), "unknown field(s) {phase}"),
+        (PROBE_HEAD + '[[probe.pattern]]\nregex = "(?P<phase>\\\\w+) (?P<value>\\\\w+)"\n'
+         + OUTCOME.replace('["NONE"]', "[]"), "non-empty list of strings"),
+        (PROBE_HEAD + '[[probe.pattern]]\nregex = "(?P<phase>\\\\w+) (?P<value>\\\\w+)"\n',
+         "[[outcome]]"),
+    ],
+)
+def test_bad_probe_tables_are_refused_by_name(tmp_path, capsys, body, message):
+    rules = tmp_path / "bad.toml"
+    rules.write_text(body)
+    code, out, err = run_logs([str(DATA / "good.log"), "--patterns", str(rules)], capsys)
+    assert code == 2 and out == ""
+    assert str(rules) in err and message in err

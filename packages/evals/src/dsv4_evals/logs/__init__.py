@@ -4,8 +4,11 @@ The seed-004 runbook's fast path depends on one capture shape: no speculative to
 uniform decode query length 1, capture sizes ``[1]`` and FULL graphs for steady
 decode. Any cudagraph skip or miss line is the next root cause. This command reads a
 log and reports each of those, so a regression is found from the log, not by eye.
+It also reads the runbook's spec-decode probe (``SPEC_CUDAGRAPH_DEBUG=4``): the draft's
+``cg_mode`` per phase, and which of the runbook's two readings applies (``probe``).
 
-Exit status: 0 when every check passes and no skip/miss line was found; 1 otherwise;
+Exit status: 0 when every check passes, no skip/miss line was found and no probe
+outcome fails (an eager draft phase); 1 otherwise;
 2 when the log or the pattern file cannot be used.
 """
 

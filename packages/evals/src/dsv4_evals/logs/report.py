@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 
 from dsv4_evals._ladder_render import print_rich_table
+from dsv4_evals.logs.probe import ProbeResult
 from dsv4_evals.logs.scan import LogReport
 
 _MAX_TEXT = 160
@@ -34,6 +35,21 @@ def as_json(report: LogReport) -> dict[str, Any]:
             for c in report.checks
         ],
         "findings": [{"rule": f.rule, "line": f.line, "text": f.text} for f in report.findings],
+        "probes": {p.probe.name: _probe_json(p) for p in report.probes},
+    }
+
+
+def _probe_json(result: ProbeResult) -> dict[str, Any]:
+    return {
+        "title": result.probe.title,
+        "status": result.status,
+        "failed": result.failed,
+        "readout": result.readout(),
+        "by_phase": result.by_phase(),
+        "lines": [
+            {"line": s.line, "phase": s.phase, "value": s.value, "text": s.text}
+            for s in result.sightings
+        ],
     }
 
 
@@ -65,7 +81,29 @@ def print_human(report: LogReport, console: Console) -> None:
         )
     else:
         console.print("root causes: no cudagraph skip/miss lines")
+    for probe in report.probes:
+        _print_probe(probe, console)
     console.print("verdict: " + ("OK" if report.ok else "FAIL"))
+
+
+def _print_probe(result: ProbeResult, console: Console) -> None:
+    phases = result.by_phase()
+    if phases:
+        first: dict[str, int] = {}
+        for s in result.sightings:
+            first.setdefault(s.phase, s.line)
+        print_rich_table(
+            console,
+            result.probe.title,
+            ("phase", "observed", "first line"),
+            [
+                (phase, ", ".join(f"{v} x{n}" for v, n in counts.items()), first[phase])
+                for phase, counts in phases.items()
+            ],
+            "llr",
+        )
+    label = result.probe.title if not phases else "readout"
+    console.print(f"{label}: {result.readout()}", markup=False, highlight=False)
 
 
 def _short(text: str) -> str:

@@ -2,8 +2,9 @@
 
 A rule file (``data/logs_patterns.toml`` by default) declares *checks*, each a
 property of the capture shape with an expected value and the regexes that reveal it,
-and *findings*, lines that are a root cause wherever they appear (a cudagraph skip or
-miss). This module turns the TOML into validated objects; ``scan`` applies them.
+*findings*, lines that are a root cause wherever they appear (a cudagraph skip or
+miss), and *probes*, diagnostic lines read together into one outcome (``probe``).
+This module turns the TOML into validated objects; ``scan`` applies them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dsv4_evals._patterns import (
     reject_unknown,
     table_list,
 )
+from dsv4_evals.logs.probe import Probe, load_probes
 
 DEFAULT_FILE = "logs_patterns.toml"
 KINDS = ("int", "int_list", "word")
@@ -60,6 +62,7 @@ class Rules:
     source: str
     checks: tuple[Check, ...]
     findings: tuple[FindingRule, ...]
+    probes: tuple[Probe, ...] = ()
 
 
 def normalise(kind: str, raw: str, add: int = 0, where: str = "value") -> str:
@@ -91,7 +94,7 @@ def normalise(kind: str, raw: str, add: int = 0, where: str = "value") -> str:
 def load_rules(path: str | Path | None = None) -> Rules:
     """Read and validate a rule file; ``None`` reads the shipped defaults."""
     data, label = load_pattern_file(path, DEFAULT_FILE)
-    reject_unknown(data, {"schema", "check", "finding"}, label)
+    reject_unknown(data, {"schema", "check", "finding", "probe"}, label)
     schema = field(data, "schema", int, label, "schema = 1")
     if schema != 1:
         raise PatternError(f"{label}.schema: got {schema}, this reader understands schema = 1")
@@ -106,7 +109,8 @@ def load_rules(path: str | Path | None = None) -> Rules:
     findings = tuple(
         _finding(f, f"{label}.finding[{i}]") for i, f in enumerate(finding_tables)
     )
-    return Rules(source=label, checks=checks, findings=findings)
+    return Rules(source=label, checks=checks, findings=findings,
+                 probes=load_probes(data, label))
 
 
 def with_expectations(rules: Rules, overrides: Mapping[str, str]) -> Rules:
@@ -129,7 +133,7 @@ def with_expectations(rules: Rules, overrides: Mapping[str, str]) -> Rules:
         )
         for c in rules.checks
     )
-    return Rules(rules.source, checks, rules.findings)
+    return Rules(rules.source, checks, rules.findings, rules.probes)
 
 
 def _check(table: Mapping[str, Any], where: str) -> Check:

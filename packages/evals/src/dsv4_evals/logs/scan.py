@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dsv4_evals._patterns import PatternError
+from dsv4_evals.logs.probe import ProbeResult, Sighting, observe
 from dsv4_evals.logs.rules import Check, Rules, normalise
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -65,10 +66,15 @@ class LogReport:
     lines: int
     checks: list[CheckResult]
     findings: list[Finding]
+    probes: list[ProbeResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.findings and all(c.status == "pass" for c in self.checks)
+        return (
+            not self.findings
+            and all(c.status == "pass" for c in self.checks)
+            and not any(p.failed for p in self.probes)
+        )
 
 
 def split_lines(text: str) -> Iterable[tuple[int, str]]:
@@ -84,6 +90,7 @@ def scan(text: str, rules: Rules, log_name: str = "<log>") -> LogReport:
     """Every check's observations and every finding in ``text``."""
     results = [CheckResult(c.name, c.expect) for c in rules.checks]
     findings: list[Finding] = []
+    probes = [ProbeResult(p) for p in rules.probes]
     last_line = 0
     for number, segment in split_lines(text):
         last_line = number
@@ -100,7 +107,12 @@ def scan(text: str, rules: Rules, log_name: str = "<log>") -> LogReport:
             match = rule.regex.search(segment)
             if match:
                 findings.append(Finding(rule.name, number, _excerpt(segment, *match.span())))
-    return LogReport(log_name, rules.source, last_line, results, findings)
+        for probe in probes:
+            seen_probe = observe(probe.probe, segment)
+            if seen_probe is not None:
+                phase, value = seen_probe
+                probe.sightings.append(Sighting(number, phase, value, _excerpt(segment, 0, 0)))
+    return LogReport(log_name, rules.source, last_line, results, findings, probes)
 
 
 def _observe(check: Check, segment: str, where: str) -> tuple[str, str] | None:
