@@ -9,13 +9,15 @@ Interface (all pure Python; nothing here imports torch)
 --------------------------------------------------------
 ``Box``
     ``{field: (lo, hi)}``, inclusive integer ranges; a fixed field is ``(v, v)``. Only
-    the fields the caller wants probed need to be there.
+    the fields the caller wants probed need to be there. Points always carry every
+    field of the box, in the box's order.
 ``Point``
     ``{field: value}``, one key inside a box (a plain dict, hashable via :func:`key_of`).
-``box_probes(box, seed=..., random_points=8, extremes=None) -> list[Probe]``
-    Every corner of the box (each ranged field at its minimum and maximum, all
-    combinations), then ``extremes(box)`` if given (a per-kernel callback returning
-    points such as "1 decode + the most prefill"; each is clamped into the box), then
+``box_probes(box, seed=..., random_points=8, extremes=None, corner_fields=None)``
+    Every corner of the box (each ranged field, or each of ``corner_fields``, at its
+    minimum and maximum, all combinations), then ``extremes(box)`` if given (a
+    per-kernel callback returning points such as "1 decode + the most prefill"; each is
+    clamped into the box, a field it leaves out at its maximum), then
     ``random_points`` seeded random points (log-uniform on ranges wider than 64, so that
     small and large token counts both get drawn). Duplicates are dropped, order kept.
 ``choose_tile(probes, candidates, baseline, measure, ...) -> Verdict``
@@ -78,22 +80,18 @@ def check_box(box: Box) -> None:
 
 
 def clamp(point: Mapping[str, int], box: Box) -> Point:
-    """``point`` with every field of ``box`` moved into its range (others kept)."""
-    out = dict(point)
-    for name, (lo, hi) in box.items():
-        if name in out:
-            out[name] = min(max(out[name], lo), hi)
-        else:
-            out[name] = lo
-    return out
+    """``point`` with every field of ``box`` moved into its range; a field the point
+    leaves out takes its maximum. The result has the box's fields, in the box's order."""
+    return {name: min(max(point.get(name, hi), lo), hi) for name, (lo, hi) in box.items()}
 
 
-def corners(box: Box) -> list[Point]:
-    """Each field at its minimum and maximum, every combination (a fixed field once)."""
+def corners(box: Box, fields: Iterable[str] | None = None) -> list[Point]:
+    """Each of ``fields`` (default: all) at its minimum and maximum, every combination;
+    the other fields at their maximum. A fixed field counts once."""
     check_box(box)
-    names = list(box)
-    ends = [sorted({box[n][0], box[n][1]}) for n in names]
-    return [dict(zip(names, values, strict=True)) for values in product(*ends)]
+    chosen = set(box) if fields is None else set(fields)
+    ends = [sorted({lo, hi}) if name in chosen else [hi] for name, (lo, hi) in box.items()]
+    return [dict(zip(box, values, strict=True)) for values in product(*ends)]
 
 
 def draw(lo: int, hi: int, rng: random.Random) -> int:
@@ -117,8 +115,12 @@ def box_probes(
     seed: int,
     random_points: int = 8,
     extremes: Callable[[Box], Iterable[Mapping[str, int]]] | None = None,
+    corner_fields: Iterable[str] | None = None,
 ) -> list[Probe]:
-    """Corners, then the kernel's extreme points, then seeded random points; no repeats."""
+    """Corners, then the kernel's extreme points, then seeded random points; no repeats.
+
+    ``corner_fields`` limits the corners to some fields (the rest sit at their maximum
+    there, and are still drawn over their whole range by the random points)."""
     check_box(box)
     rng = random.Random(seed)
     found: list[Probe] = []
@@ -133,7 +135,7 @@ def box_probes(
         found.append(Probe(kind, p))
         return True
 
-    for p in corners(box):
+    for p in corners(box, corner_fields):
         add("corner", p)
     for p in extremes(box) if extremes is not None else ():
         add("extreme", p)

@@ -38,16 +38,26 @@ def test_probes_lie_in_the_box_and_cover_its_corners(box, seed) -> None:
 
 def test_a_box_gets_its_corners_extremes_and_eight_random_points() -> None:
     def extremes(box):
-        return [{"num_decode_tokens": 1, "num_prefill_tokens": 10**9},
-                {"num_decode_tokens": 10**9, "num_prefill_tokens": 1}]
+        return [{"max_seq_len": 20000, "num_decode_tokens": 10**9, "num_prefill_tokens": 0},
+                {"num_decode_tokens": 1, "num_prefill_tokens": 10**9},  # a corner: dropped
+                {"num_decode_tokens": 100, "num_prefill_tokens": 100}]
 
     found = probes.box_probes(BOX, seed=3, extremes=extremes)
     kinds = [p.kind for p in found]
     assert kinds.count("corner") == 8
-    assert kinds.count("extreme") == 2
     assert kinds.count("random") == 8
     ext = [p.point for p in found if p.kind == "extreme"]
-    assert ext[0]["num_prefill_tokens"] == 1024 and ext[1]["num_decode_tokens"] == 4096
+    assert ext == [{"max_seq_len": 20000, "num_decode_tokens": 4096, "num_prefill_tokens": 129},
+                   {"max_seq_len": 32895, "num_decode_tokens": 100, "num_prefill_tokens": 129}]
+
+
+def test_corner_fields_limit_the_corners_and_the_rest_sit_at_their_maximum() -> None:
+    box = {**BOX, "max_model_len": (40000, 1 << 20)}
+    found = probes.box_probes(box, seed=1, corner_fields=["num_decode_tokens"])
+    got = [p.point for p in found if p.kind == "corner"]
+    assert got == [{"max_seq_len": 32895, "num_decode_tokens": d, "num_prefill_tokens": 1024,
+                    "max_model_len": 1 << 20} for d in (1, 4096)]
+    assert any(p.point["max_model_len"] < 1 << 20 for p in found if p.kind == "random")
 
 
 def test_the_seed_reproduces_the_points_and_another_seed_changes_them() -> None:
