@@ -27,6 +27,7 @@ from dsv4_policy.c128a_table import (
     BASELINE_TILE,
     FIELDS,
     SCHEMA,
+    SHIPPED,
     CompileKey,
     Index,
     Split,
@@ -38,6 +39,7 @@ from dsv4_policy.c128a_table import (
     shipped_table,
 )
 from dsv4_policy.conditions import INT_MAX, Range, contains
+from dsv4_policy.launch_table import DeploymentParam, KernelSpec
 from dsv4_policy.table import Entry, Table, TableError, what
 
 _set = object.__setattr__
@@ -253,8 +255,39 @@ def compile_keys(table: Table[Tile] | None, arch: str, max_model_len: int) -> fr
     return frozenset(compile_key_sources(table, arch, max_model_len))
 
 
+KERNEL = KernelSpec(
+    name="c128a",
+    summary="C128A top-k metadata (vLLM 0.33.0 build_c128a_topk_metadata)",
+    schema=SCHEMA,
+    key_type=Key,
+    launch_type=Launch,
+    tile_type=Tile,
+    baseline_tile=BASELINE_TILE,
+    baseline=baseline,
+    resolve=resolve,
+    table_file=SHIPPED,
+    shipped_table=shipped_table,
+    load_table=load_table,
+    loads_table=loads_table,
+    make_table=make_table,
+    render_table=render_table,
+    compile_key_fields=("tokens_per_program", "cols_per_program", "num_warps"),
+    compile_key_sources=compile_key_sources,
+    deployment=(DeploymentParam("max_model_len", "the deployment's max model length", 1),),
+    deployment_of=lambda key: {"max_model_len": key.max_model_len},
+    key_defaults={"arch": None, "compress_ratio": 128, "max_model_len": None,
+                  "max_seq_len": None, "num_decode_tokens": 1, "num_prefill_tokens": 0,
+                  "block_size": 2},
+    key_help={"compress_ratio": "default: 128",
+              "max_seq_len": "longest sequence in the batch, in tokens",
+              "num_decode_tokens": "default: 1", "num_prefill_tokens": "default: 0",
+              "block_size": "KV block size in compressed units (default: 2)"},
+    describe=lambda key: [("capacity", capacity(key.max_model_len, key.compress_ratio))],
+)
+"""C128A's entry in :mod:`dsv4_policy.registry`."""
+
 __all__ = [
-    "BASELINE_TILE", "SCHEMA", "CompileKey", "Entry", "Key", "Launch", "Range", "Table",
+    "BASELINE_TILE", "KERNEL", "SCHEMA", "CompileKey", "Entry", "Key", "Launch", "Range", "Table",
     "TableError", "Tile", "active_width", "baseline", "capacity", "compile_key_sources",
     "compile_keys", "load_table", "loads_table", "make_table", "render_table", "resolve",
     "shipped_table",

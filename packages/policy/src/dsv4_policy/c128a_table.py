@@ -12,15 +12,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
-from itertools import product
 from pathlib import Path
 
-from dsv4_policy import toml_out
+from dsv4_policy import launch_table
 from dsv4_policy.arch import ARCH_ACCEPTED, ARCH_PATTERN
-from dsv4_policy.conditions import INT_MAX, Condition, Range, expand
+from dsv4_policy.conditions import INT_MAX
+from dsv4_policy.launch_table import (
+    LEAF_SIZE,
+    MAX_BOXES,
+    MAX_DEPTH,
+    MAX_ELEMENTS_PER_THREAD,
+    WARPS,
+    Split,
+    elements_problem,
+    warps_problem,
+)
+from dsv4_policy.launch_table import power_of_two_problem as _power_of_two_problem
 from dsv4_policy.table import (
-    SCHEMA_VERSION,
     Entry,
     KeyField,
     Schema,
@@ -32,21 +40,6 @@ from dsv4_policy.table import (
 
 CompileKey = tuple[int, int, int]
 TILE_FIELDS = ("tokens_per_program", "cols_per_program", "num_warps", "split_width")
-WARPS = (1, 2, 4, 8, 16)
-MAX_ELEMENTS_PER_THREAD = 128
-"""The kernel refuses tiles above this many elements per thread: compile time and
-register pressure grow past it (measured on an H200: ~8 s to compile at 128, minutes at
-2048). Checked here too, so a table can never hold a tile the kernel would reject."""
-MAX_BOXES = 1024
-"""An entry's sets may expand to at most this many (value-run) boxes in the fast index."""
-
-
-def _power_of_two_problem(name: str, value: object, low: int, high: int) -> str | None:
-    if type(value) is not int:
-        return f"{name} must be an integer power of two in {low}..{high}; got {what(value)}"
-    if not (low <= value <= high) or value & (value - 1):
-        return f"{name} must be a power of two in {low}..{high}; got {value}"
-    return None
 
 
 def tile_problems(
@@ -60,19 +53,14 @@ def tile_problems(
     problem = _power_of_two_problem("cols_per_program", cols_per_program, 128, 8192)
     if problem:
         found.append(("cols_per_program", problem))
-    if type(num_warps) is not int or num_warps not in WARPS:
-        found.append(("num_warps", f"num_warps must be one of {', '.join(map(str, WARPS))}; "
-                                   f"got {what(num_warps)}"))
-    if not found and tokens_per_program * cols_per_program > (  # type: ignore[operator]
-        MAX_ELEMENTS_PER_THREAD * 32 * num_warps  # type: ignore[operator]
-    ):
-        found.append(("cols_per_program",
-                      f"tokens_per_program * cols_per_program = "
-                      f"{tokens_per_program * cols_per_program} exceeds "  # type: ignore[operator]
-                      f"{MAX_ELEMENTS_PER_THREAD} elements per thread "
-                      f"({MAX_ELEMENTS_PER_THREAD} * 32 * num_warps = "
-                      f"{MAX_ELEMENTS_PER_THREAD * 32 * num_warps}); use more warps or a "  # type: ignore[operator]
-                      f"smaller tile"))
+    problem = warps_problem(num_warps)
+    if problem:
+        found.append(("num_warps", problem))
+    if not found:
+        problem = elements_problem(tokens_per_program, cols_per_program,  # type: ignore[arg-type]
+                                   num_warps)  # type: ignore[arg-type]
+        if problem:
+            found.append(("cols_per_program", problem))
     if type(split_width) is not bool:
         found.append(("split_width", f"split_width must be a boolean (true or false); "
                                      f"got {what(split_width)}"))
@@ -149,86 +137,6 @@ def _tile_toml(tile: Tile) -> dict[str, object]:
     return {name: getattr(tile, name) for name in TILE_FIELDS}
 
 
-def _boxes(entry: Entry[Tile]) -> list[tuple[tuple[int, int], ...]]:
-    spans = [_runs(entry.match.get(f.name), f.minimum) for f in INT_FIELDS]
-    return [tuple(choice) for choice in product(*spans)]
-
-
-def _runs(cond: Condition | None, minimum: int) -> tuple[tuple[int, int], ...]:
-    """Like ``expand`` but merges consecutive set members into one span."""
-    spans = list(expand(cond, minimum))
-    merged: list[tuple[int, int]] = []
-    for lo, hi in spans:
-        if merged and merged[-1][1] + 1 >= lo:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return tuple(merged)
-
-
-def _box_count(entry: Entry[Tile]) -> int:
-    count = 1
-    for f in INT_FIELDS:
-        count *= len(_runs(entry.match.get(f.name), f.minimum))
-    return count
-
-
-def _check_entry(entry: Entry[Tile], header: object) -> list[tuple[str, str]]:
-    count = _box_count(entry)
-    if count > MAX_BOXES:
-        return [("match", f"its sets expand to {count} boxes (limit {MAX_BOXES}); "
-                          "use ranges instead of long sets of non-consecutive values")]
-    return []
-
-
-class Split:
-    """An inner node of the hot-path index: boxes sorted into intervals of one field.
-
-    ``cuts`` starts at the field's smallest value and holds every box edge on that
-    field, so each interval ``[cuts[i], cuts[i+1])`` lies wholly inside or wholly
-    outside every box's span: ``children[i]`` holds exactly the boxes that can match a
-    value there. A lookup is one ``bisect`` per level instead of a scan of all boxes.
-    """
-
-    __slots__ = ("children", "cuts", "name")
-
-    def __init__(self, name: str, cuts: list[int], children: list[object]) -> None:
-        self.name = name
-        self.cuts = cuts
-        self.children = children
-
-
-LEAF_SIZE = 3
-MAX_DEPTH = 4
-
-
-def _split(boxes: list[tuple], depth: int = 0) -> object:
-    """Boxes as a tree of :class:`Split` nodes with short tuples of boxes as leaves.
-
-    At each node, the field whose intervals leave the fewest boxes in the worst case
-    is chosen; a node stops splitting when it is small or no field helps.
-    """
-    if len(boxes) <= LEAF_SIZE or depth >= MAX_DEPTH:
-        return tuple(boxes)
-    best = None
-    for i, f in enumerate(INT_FIELDS):
-        edges = {f.minimum}
-        for box in boxes:
-            lo, hi = box[2 * i], box[2 * i + 1]
-            edges.add(lo)
-            if hi < INT_MAX:
-                edges.add(hi + 1)
-        cuts = sorted(edges)
-        groups = [[b for b in boxes if b[2 * i] <= cut <= b[2 * i + 1]] for cut in cuts]
-        score = (max(len(g) for g in groups), sum(len(g) for g in groups))
-        if score[0] < len(boxes) and (best is None or score < best[0]):
-            best = (score, f.name, cuts, groups)
-    if best is None:
-        return tuple(boxes)
-    _, name, cuts, groups = best
-    return Split(name, cuts, [_split(g, depth + 1) for g in groups])
-
-
 @dataclass(frozen=True)
 class Index:
     """Entries laid out for the hot path: per arch, a :class:`Split` tree over the boxes.
@@ -241,37 +149,19 @@ class Index:
     other: object
 
 
+def _hit(e: Entry[Tile]) -> tuple:
+    t = e.config
+    return (t.tokens_per_program, t.cols_per_program, t.num_warps, t.split_width,
+            f"table:{e.id}", {})
+
+
 def _compile(entries: tuple[Entry[Tile], ...], header: object) -> Index:
-    named: set[str] = set()
-    for e in entries:
-        arch = e.match.get("arch")
-        if isinstance(arch, frozenset):
-            named.update(arch)  # type: ignore[arg-type]
-    by_arch: dict[str, list[tuple]] = {a: [] for a in sorted(named)}
-    other: list[tuple] = []
-    for e in entries:
-        t = e.config
-        hit = (t.tokens_per_program, t.cols_per_program, t.num_warps, t.split_width,
-               f"table:{e.id}", {})
-        boxes = [(*(bound for span in box for bound in span), hit) for box in _boxes(e)]
-        arch = e.match.get("arch")
-        targets = list(by_arch) if arch is None else [a for a in by_arch if a in arch]
-        for a in targets:
-            by_arch[a].extend(boxes)
-        if arch is None:
-            other.extend(boxes)
-    return Index({a: _split(b) for a, b in by_arch.items()}, _split(other))
+    return Index(*launch_table.arch_trees(entries, INT_FIELDS, _hit))
 
 
-SCHEMA: Schema[Tile] = Schema(
-    name="c128a",
-    fields=FIELDS,
-    config_section="launch",
-    parse_config=_parse_tile,
-    check_config=_check_tile,
-    config_to_toml=_tile_toml,
-    check_entry=_check_entry,
-    compile=_compile,
+SCHEMA: Schema[Tile] = launch_table.kernel_schema(
+    "c128a", FIELDS, parse_config=_parse_tile, check_config=_check_tile,
+    config_to_toml=_tile_toml, compile=_compile,
 )
 
 SHIPPED = "tables/c128a.toml"
@@ -295,18 +185,7 @@ def loads_table(text: str, source: str = "<string>") -> Table[Tile]:
 @functools.cache
 def shipped_table() -> Table[Tile]:
     """The table shipped inside the package (``dsv4_policy/tables/c128a.toml``), cached."""
-    ref = resources.files("dsv4_policy").joinpath(SHIPPED)
-    return loads(ref.read_text(encoding="utf-8"), SCHEMA, source=str(ref))
-
-
-def _condition_toml(cond: Condition) -> object:
-    if isinstance(cond, Range):
-        bounds: dict[str, int] = {"min": cond.min}
-        if cond.max is not None:
-            bounds["max"] = cond.max
-        return bounds
-    values = sorted(cond)
-    return values[0] if len(values) == 1 else values
+    return launch_table.load_shipped(SHIPPED, SCHEMA)
 
 
 def render_table(entries: Iterable[Entry[Tile]], header_comment: str = "") -> str:
@@ -315,24 +194,11 @@ def render_table(entries: Iterable[Entry[Tile]], header_comment: str = "") -> st
     The entries are validated first (TableError on any problem), so a tuner can never
     write a table that the loader would refuse.
     """
-    table = make_table(entries, source="<render_table>")
-    lines = toml_out.comment(header_comment)
-    if lines:
-        lines.append("")
-    lines.append(f"schema = {SCHEMA_VERSION}")
-    for e in table.entries:
-        lines += ["", "[[entry]]", f"id = {toml_out.string(e.id)}"]
-        match = {f.name: _condition_toml(e.match[f.name]) for f in FIELDS if f.name in e.match}
-        if match:
-            lines += ["", *toml_out.table("[entry.match]", match)]
-        lines += ["", *toml_out.table("[entry.launch]", _tile_toml(e.config))]
-        if e.provenance:
-            lines += ["", *toml_out.table("[entry.provenance]", e.provenance)]
-    return "\n".join(lines) + "\n"
+    return launch_table.render(make_table(entries, source="<render_table>"), header_comment)
 
 
 __all__ = [
-    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "INT_MAX", "SCHEMA", "CompileKey", "Index", "Split",
-    "Tile",
+    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "INT_MAX", "LEAF_SIZE", "MAX_BOXES", "MAX_DEPTH",
+    "MAX_ELEMENTS_PER_THREAD", "SCHEMA", "WARPS", "CompileKey", "Index", "Split", "Tile",
     "load_table", "loads_table", "make_table", "render_table", "shipped_table", "tile_problems",
 ]

@@ -1,5 +1,8 @@
 """``dsv4-policy``: resolve launches, list compile keys, plan serve launches, check tables.
 
+Every kernel in :mod:`dsv4_policy.registry` gets a ``dsv4-policy <kernel>`` command
+with one flag per key field; ``keys --kernel <name>`` and ``check`` cover them all.
+
 Exit codes: 0 success; 1 when ``check`` finds a problem or ``serve`` reports a rule
 violation; 2 for usage errors (bad flags or values, an unreadable or invalid
 ``--table``).
@@ -15,9 +18,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, fields
 
-from dsv4_policy import __version__, c128a, serve
+from dsv4_policy import __version__, serve
 from dsv4_policy.detect import load_any
-from dsv4_policy.table import TableError
+from dsv4_policy.launch_table import KernelSpec
+from dsv4_policy.registry import KERNELS
+from dsv4_policy.table import Table, TableError
 from dsv4_policy.text import aligned
 
 
@@ -28,29 +33,44 @@ class UsageError(Exception):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsv4-policy",
-        description="Declarative launch tables for DeepSeek-V4: C128A launches and serve "
-                    "envelopes, with an unchanged fallback to upstream behaviour.",
+        description="Declarative launch tables for DeepSeek-V4: kernel launches ("
+                    + ", ".join(KERNELS) + ") and serve envelopes, with an unchanged "
+                    "fallback to upstream behaviour.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("c128a", help="resolve the C128A launch for one key")
-    p.add_argument("--arch", required=True, help="SM architecture, e.g. sm90")
-    p.add_argument("--compress-ratio", type=int, default=128, help="default: 128")
-    p.add_argument("--max-model-len", type=int, required=True)
-    p.add_argument("--max-seq-len", type=int, required=True,
-                   help="longest sequence in the batch, in tokens")
-    p.add_argument("--num-decode-tokens", type=int, default=1, help="default: 1")
-    p.add_argument("--num-prefill-tokens", type=int, default=0, help="default: 0")
-    p.add_argument("--block-size", type=int, default=2,
-                   help="KV block size in compressed units (default: 2)")
-    p.add_argument("--table", help="a C128A table file instead of the shipped one")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    for spec in KERNELS.values():
+        p = sub.add_parser(spec.name, help=f"resolve the {spec.name} launch for one key "
+                                           f"({spec.summary})")
+        for f in spec.schema.fields:
+            default = spec.key_defaults.get(f.name)
+            flag = "--" + f.name.replace("_", "-")
+            text = spec.key_help.get(f.name, "SM architecture, e.g. sm90" if f.type is str
+                                     else (f"default: {default}" if default is not None
+                                           else None))
+            p.add_argument(flag, dest=f.name, type=f.type, required=default is None,
+                           default=default, help=text)
+        p.add_argument("--table", help=f"a {spec.name} table file instead of the shipped one")
+        p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("keys", help="list every compile key a deployment can use")
+    p = sub.add_parser("keys", help="list every compile key a deployment can use",
+                       description="List every compile key a deployment can use. Each "
+                                   "kernel has its own deployment flags: "
+                                   + "; ".join(f"{k.name}: " + ", ".join(
+                                       "--" + d.name.replace("_", "-") for d in k.deployment)
+                                               for k in KERNELS.values()))
+    p.add_argument("--kernel", choices=tuple(KERNELS), default=next(iter(KERNELS)),
+                   help=f"which kernel (default: {next(iter(KERNELS))})")
     p.add_argument("--arch", required=True, help="SM architecture, e.g. sm90")
-    p.add_argument("--max-model-len", type=int, required=True)
-    p.add_argument("--table", help="a C128A table file instead of the shipped one")
+    seen: set[str] = set()
+    for spec in KERNELS.values():
+        for d in spec.deployment:
+            if d.name not in seen:
+                seen.add(d.name)
+                p.add_argument("--" + d.name.replace("_", "-"), dest=d.name, type=int,
+                               default=None, help=f"{spec.name}: {d.help}")
+    p.add_argument("--table", help="a table file of that kernel instead of the shipped one")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser(
@@ -67,18 +87,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--table", help="a serve table file instead of the shipped one")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("check", help="validate table files (C128A or serve, detected)")
+    p = sub.add_parser("check", help="validate table files (any kernel's, or serve; detected)")
+    p.add_argument("--kind", choices=(*KERNELS, "serve"),
+                   help="read every file as this kind instead of detecting it")
     p.add_argument("files", nargs="+", metavar="FILE")
     return parser
 
 
-def _c128a_table(path: str | None) -> c128a.Table | None:
+def _kernel_table(spec: KernelSpec, path: str | None) -> Table[object] | None:
     if path is None:
         return None
     try:
-        return c128a.load_table(path)
+        return spec.load_table(path)
     except TableError as exc:
-        raise UsageError(f"--table {path}: invalid C128A table:\n{exc}") from None
+        label = spec.name.upper()
+        raise UsageError(f"--table {path}: invalid {label} table:\n{exc}") from None
 
 
 def _serve_table(path: str | None) -> serve.Table | None:
@@ -94,37 +117,51 @@ def _print_json(data: object) -> None:
     print(json.dumps(data, indent=2))
 
 
-def _cmd_c128a(args: argparse.Namespace) -> int:
-    table = _c128a_table(args.table)
+def _cmd_kernel(spec: KernelSpec, args: argparse.Namespace) -> int:
+    table = _kernel_table(spec, args.table)
     try:
-        key = c128a.Key(args.arch, args.compress_ratio, args.max_model_len, args.max_seq_len,
-                        args.num_decode_tokens, args.num_prefill_tokens, args.block_size)
+        key = spec.key_type(**{f.name: getattr(args, f.name) for f in spec.schema.fields})
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    launch = c128a.resolve(key, table)
-    cap = c128a.capacity(key.max_model_len, key.compress_ratio)
+    launch = spec.resolve(key, table)
+    extra = spec.describe(key)
     if args.json:
-        _print_json({"key": asdict(key), "capacity": cap, "launch": asdict(launch),
+        _print_json({"key": asdict(key), **dict(extra), "launch": asdict(launch),
                      "compile_key": list(launch.compile_key())})
         return 0
     rows = [(f"key.{f.name}", getattr(key, f.name)) for f in fields(key)]
-    rows.append(("capacity", cap))
+    rows += extra
     rows += [(f.name, getattr(launch, f.name)) for f in fields(launch)]
     print(aligned(("field", "value"), rows))
     return 0
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    table = _c128a_table(args.table)
+    spec = KERNELS[args.kernel]
+    table = _kernel_table(spec, args.table)
+    deployment: dict[str, int] = {}
+    for d in spec.deployment:
+        value = getattr(args, d.name)
+        if value is None and d.default is None:
+            flag = "--" + d.name.replace("_", "-")
+            raise UsageError(f"{spec.name} needs {flag} ({d.help})")
+        deployment[d.name] = d.default if value is None else value  # type: ignore[assignment]
+    others = sorted(name for k in KERNELS.values() if k is not spec for name in
+                    (d.name for d in k.deployment) if getattr(args, name) is not None
+                    and name not in deployment)
+    if others:
+        flags = ", ".join("--" + n.replace("_", "-") for n in others)
+        raise UsageError(f"{flags} do(es) not apply to --kernel {spec.name}; it takes "
+                         + ", ".join("--" + d.name.replace("_", "-") for d in spec.deployment))
     try:
-        found = c128a.compile_key_sources(table, args.arch, args.max_model_len)
+        found = spec.compile_key_sources(table, args.arch, **deployment)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ordered = sorted(found.items())
+    names = spec.compile_key_fields
     if args.json:
-        _print_json({"arch": args.arch, "max_model_len": args.max_model_len, "compile_keys": [
-            {"tokens_per_program": k[0], "cols_per_program": k[1], "num_warps": k[2],
-             "sources": list(src)} for k, src in ordered]})
+        _print_json({"kernel": spec.name, "arch": args.arch, **deployment, "compile_keys": [
+            {**dict(zip(names, k, strict=True)), "sources": list(src)} for k, src in ordered]})
         return 0
     rows = []
     for k, src in ordered:
@@ -132,7 +169,7 @@ def _cmd_keys(args: argparse.Namespace) -> int:
         parts = (["baseline"] if "baseline" in src else []) + (
             [f"{entries} entr{'y' if entries == 1 else 'ies'}"] if entries else [])
         rows.append((*k, " + ".join(parts)))
-    print(aligned(("tokens_per_program", "cols_per_program", "num_warps", "from"), rows))
+    print(aligned((*names, "from"), rows))
     return 0
 
 
@@ -178,7 +215,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            kind, table = load_any(path)
+            kind, table = load_any(path, args.kind)
         except TableError as exc:
             failed += 1
             print(f"FAIL {path}: {len(exc.problems)} problem(s)")
@@ -212,8 +249,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if extra and args.command != "serve":
         parser.error(f"arguments after -- are only accepted by serve, not {args.command}")
     try:
-        if args.command == "c128a":
-            return _cmd_c128a(args)
+        if args.command in KERNELS:
+            return _cmd_kernel(KERNELS[args.command], args)
         if args.command == "keys":
             return _cmd_keys(args)
         if args.command == "serve":

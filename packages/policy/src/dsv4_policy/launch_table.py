@@ -1,0 +1,298 @@
+"""The generic half of every kernel launch table: tiles, entry checks, the fast index.
+
+A kernel's launch table (``tables/<kernel>.toml``) is a :class:`~dsv4_policy.table.Table`
+whose entries choose a *tile* for a box of launch keys. Everything that does not depend
+on which kernel it is lives here, once:
+
+- the tile-value checks (powers of two, warp counts, the elements-per-thread limit);
+- :func:`entry_problems`, the table-level rules every kernel entry must meet (run by
+  each kernel schema's ``check_entry`` hook, so a new rule here applies to every
+  registered kernel at once);
+- the hot-path index (:class:`Split` trees of integer boxes, per arch);
+- rendering entries back to TOML, and loading a kernel's shipped table;
+- :class:`KernelSpec`, what a kernel hands to :mod:`dsv4_policy.registry`.
+
+A kernel module then only states its key fields, its tile, its baseline and its
+geometry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from itertools import product
+from typing import Any
+
+from dsv4_policy import toml_out
+from dsv4_policy.conditions import INT_MAX, Condition, Range, expand
+from dsv4_policy.table import SCHEMA_VERSION, Entry, KeyField, Schema, Table, loads, what
+
+WARPS = (1, 2, 4, 8, 16)
+MAX_ELEMENTS_PER_THREAD = 128
+"""Kernels refuse tiles above this many elements per thread: compile time and register
+pressure grow past it (measured on an H200: ~8 s to compile at 128, minutes at 2048).
+Checked here too, so a table can never hold a tile its kernel would reject."""
+MAX_BOXES = 1024
+"""An entry's sets may expand to at most this many (value-run) boxes in the fast index."""
+LEAF_SIZE = 3
+MAX_DEPTH = 4
+
+
+# --------------------------------------------------------------------------- tile values
+def power_of_two_problem(name: str, value: object, low: int, high: int) -> str | None:
+    """Why ``value`` is not an integer power of two in ``low..high``, or None."""
+    if type(value) is not int:
+        return f"{name} must be an integer power of two in {low}..{high}; got {what(value)}"
+    if not (low <= value <= high) or value & (value - 1):
+        return f"{name} must be a power of two in {low}..{high}; got {value}"
+    return None
+
+
+def warps_problem(num_warps: object) -> str | None:
+    """Why ``num_warps`` is not a warp count a tile may use, or None."""
+    if type(num_warps) is not int or num_warps not in WARPS:
+        return f"num_warps must be one of {', '.join(map(str, WARPS))}; got {what(num_warps)}"
+    return None
+
+
+def elements_problem(tokens_per_program: int, cols_per_program: int, num_warps: int) -> str | None:
+    """Why a ``tokens x cols`` tile over ``num_warps`` warps is too large, or None."""
+    limit = MAX_ELEMENTS_PER_THREAD * 32 * num_warps
+    if tokens_per_program * cols_per_program <= limit:
+        return None
+    return (f"tokens_per_program * cols_per_program = {tokens_per_program * cols_per_program} "
+            f"exceeds {MAX_ELEMENTS_PER_THREAD} elements per thread "
+            f"({MAX_ELEMENTS_PER_THREAD} * 32 * num_warps = {limit}); use more warps or a "
+            f"smaller tile")
+
+
+# --------------------------------------------------------------------------- boxes
+def runs(cond: Condition | None, minimum: int) -> tuple[tuple[int, int], ...]:
+    """Like ``expand`` but merges consecutive set members into one span."""
+    spans = list(expand(cond, minimum))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in spans:
+        if merged and merged[-1][1] + 1 >= lo:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+def boxes(entry: Entry[Any], int_fields: tuple[KeyField, ...]) -> list[tuple[tuple[int, int], ...]]:
+    """The entry's integer conditions as a list of boxes: one ``(lo, hi)`` per field."""
+    spans = [runs(entry.match.get(f.name), f.minimum) for f in int_fields]
+    return [tuple(choice) for choice in product(*spans)]
+
+
+def box_count(entry: Entry[Any], int_fields: tuple[KeyField, ...]) -> int:
+    count = 1
+    for f in int_fields:
+        count *= len(runs(entry.match.get(f.name), f.minimum))
+    return count
+
+
+def entry_problems(entry: Entry[Any], int_fields: tuple[KeyField, ...]) -> list[tuple[str, str]]:
+    """``(field, message)`` for every table-level rule a kernel entry breaks.
+
+    These rules hold for every registered kernel's table; a kernel schema's
+    ``check_entry`` runs them (see :func:`kernel_schema`).
+    """
+    count = box_count(entry, int_fields)
+    if count > MAX_BOXES:
+        return [("match", f"its sets expand to {count} boxes (limit {MAX_BOXES}); "
+                          "use ranges instead of long sets of non-consecutive values")]
+    return []
+
+
+# --------------------------------------------------------------------------- the index
+class Split:
+    """An inner node of the hot-path index: boxes sorted into intervals of one field.
+
+    ``cuts`` starts at the field's smallest value and holds every box edge on that
+    field, so each interval ``[cuts[i], cuts[i+1])`` lies wholly inside or wholly
+    outside every box's span: ``children[i]`` holds exactly the boxes that can match a
+    value there. A lookup is one ``bisect`` per level instead of a scan of all boxes.
+    """
+
+    __slots__ = ("children", "cuts", "name")
+
+    def __init__(self, name: str, cuts: list[int], children: list[object]) -> None:
+        self.name = name
+        self.cuts = cuts
+        self.children = children
+
+
+def split(found: list[tuple], int_fields: tuple[KeyField, ...], depth: int = 0) -> object:
+    """Boxes as a tree of :class:`Split` nodes with short tuples of boxes as leaves.
+
+    Each box is ``(lo, hi)`` pairs for ``int_fields`` flattened, then anything. At each
+    node, the field whose intervals leave the fewest boxes in the worst case is chosen;
+    a node stops splitting when it is small or no field helps.
+    """
+    if len(found) <= LEAF_SIZE or depth >= MAX_DEPTH:
+        return tuple(found)
+    best = None
+    for i, f in enumerate(int_fields):
+        edges = {f.minimum}
+        for box in found:
+            lo, hi = box[2 * i], box[2 * i + 1]
+            edges.add(lo)
+            if hi < INT_MAX:
+                edges.add(hi + 1)
+        cuts = sorted(edges)
+        groups = [[b for b in found if b[2 * i] <= cut <= b[2 * i + 1]] for cut in cuts]
+        score = (max(len(g) for g in groups), sum(len(g) for g in groups))
+        if score[0] < len(found) and (best is None or score < best[0]):
+            best = (score, f.name, cuts, groups)
+    if best is None:
+        return tuple(found)
+    _, name, cuts, groups = best
+    return Split(name, cuts, [split(g, int_fields, depth + 1) for g in groups])
+
+
+def arch_trees(
+    entries: Iterable[Entry[Any]], int_fields: tuple[KeyField, ...],
+    hit_of: Callable[[Entry[Any]], tuple],
+) -> tuple[dict[str, object], object]:
+    """Per named arch (and for every other arch) the :class:`Split` tree of boxes.
+
+    Each box is the flattened ``(lo, hi)`` pairs followed by ``hit_of(entry)``.
+    """
+    entries = tuple(entries)
+    named: set[str] = set()
+    for e in entries:
+        arch = e.match.get("arch")
+        if isinstance(arch, frozenset):
+            named.update(arch)  # type: ignore[arg-type]
+    by_arch: dict[str, list[tuple]] = {a: [] for a in sorted(named)}
+    other: list[tuple] = []
+    for e in entries:
+        hit = hit_of(e)
+        found = [(*(bound for span in box for bound in span), hit)
+                 for box in boxes(e, int_fields)]
+        arch = e.match.get("arch")
+        targets = list(by_arch) if arch is None else [a for a in by_arch if a in arch]
+        for a in targets:
+            by_arch[a].extend(found)
+        if arch is None:
+            other.extend(found)
+    return {a: split(b, int_fields) for a, b in by_arch.items()}, split(other, int_fields)
+
+
+# --------------------------------------------------------------------------- schema and I/O
+def kernel_schema(
+    name: str, fields: tuple[KeyField, ...], *, parse_config: Callable[..., Any],
+    check_config: Callable[[object], list[tuple[str, str]]],
+    config_to_toml: Callable[[Any], dict[str, object]],
+    compile: Callable[[tuple[Entry[Any], ...], object], object],
+) -> Schema[Any]:
+    """The :class:`Schema` of a kernel launch table: a ``[entry.launch]`` tile section,
+    and the generic :func:`entry_problems` as its entry check."""
+    int_fields = tuple(f for f in fields if f.type is int)
+
+    def check_entry(entry: Entry[Any], header: object) -> list[tuple[str, str]]:
+        return entry_problems(entry, int_fields)
+
+    return Schema(name=name, fields=fields, config_section="launch", parse_config=parse_config,
+                  check_config=check_config, config_to_toml=config_to_toml,
+                  check_entry=check_entry, compile=compile)
+
+
+def condition_toml(cond: Condition) -> object:
+    """A normalized condition as the TOML value that loads back to it."""
+    if isinstance(cond, Range):
+        bounds: dict[str, int] = {"min": cond.min}
+        if cond.max is not None:
+            bounds["max"] = cond.max
+        return bounds
+    values = sorted(cond)
+    return values[0] if len(values) == 1 else values
+
+
+def render(table: Table[Any], header_comment: str = "") -> str:
+    """TOML text for a validated kernel table; it loads back to equal entries."""
+    schema = table.schema
+    assert schema.config_to_toml is not None
+    lines = toml_out.comment(header_comment)
+    if lines:
+        lines.append("")
+    lines.append(f"schema = {SCHEMA_VERSION}")
+    for e in table.entries:
+        lines += ["", "[[entry]]", f"id = {toml_out.string(e.id)}"]
+        match = {f.name: condition_toml(e.match[f.name]) for f in schema.fields
+                 if f.name in e.match}
+        if match:
+            lines += ["", *toml_out.table("[entry.match]", match)]
+        lines += ["", *toml_out.table("[entry.launch]", schema.config_to_toml(e.config))]
+        if e.provenance:
+            lines += ["", *toml_out.table("[entry.provenance]", e.provenance)]
+    return "\n".join(lines) + "\n"
+
+
+def load_shipped(path: str, schema: Schema[Any]) -> Table[Any]:
+    """The table file ``path`` (relative to the ``dsv4_policy`` package), validated."""
+    ref = resources.files("dsv4_policy").joinpath(path)
+    return loads(ref.read_text(encoding="utf-8"), schema, source=str(ref))
+
+
+# --------------------------------------------------------------------------- registration
+@dataclass(frozen=True)
+class DeploymentParam:
+    """One fact about a deployment that narrows the compile keys it can need."""
+
+    name: str
+    help: str
+    minimum: int
+    default: int | None = None  # None: required
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything the generic machinery needs to know about one kernel's launches.
+
+    ``resolve(key, table)`` and ``baseline(key)`` return the kernel's ``launch_type``;
+    ``compile_key_sources(table, arch, **deployment)`` maps each compile key a
+    deployment can use to the sources (``"baseline"``, ``"table:<id>"``) behind it.
+    ``deployment_of(key)`` is a deployment whose compile keys cover ``key``'s launch
+    (None when no deployment makes that call). ``key_defaults`` gives the command
+    line's default per key field (None: required); ``describe(key)`` the extra
+    ``(name, value)`` rows the command line prints.
+    """
+
+    name: str
+    summary: str
+    schema: Schema[Any]
+    key_type: type
+    launch_type: type
+    tile_type: type
+    baseline_tile: Any
+    baseline: Callable[[Any], Any]
+    resolve: Callable[[Any, Any], Any]
+    table_file: str
+    shipped_table: Callable[[], Table[Any]]
+    load_table: Callable[[Any], Table[Any]]
+    loads_table: Callable[..., Table[Any]]
+    make_table: Callable[..., Table[Any]]
+    render_table: Callable[..., str]
+    compile_key_fields: tuple[str, ...]
+    compile_key_sources: Callable[..., dict[tuple[int, ...], tuple[str, ...]]]
+    deployment: tuple[DeploymentParam, ...]
+    deployment_of: Callable[[Any], dict[str, int] | None]
+    key_defaults: Mapping[str, int | str | None]
+    key_help: Mapping[str, str]
+    describe: Callable[[Any], list[tuple[str, object]]]
+
+    def compile_keys(self, table: Table[Any] | None, arch: str, **deployment: int
+                     ) -> frozenset[tuple[int, ...]]:
+        """The finite set of compile keys to warm for a deployment."""
+        return frozenset(self.compile_key_sources(table, arch, **deployment))
+
+
+__all__ = [
+    "LEAF_SIZE", "MAX_BOXES", "MAX_DEPTH", "MAX_ELEMENTS_PER_THREAD", "WARPS", "DeploymentParam",
+    "KernelSpec", "Split", "arch_trees", "box_count", "boxes", "condition_toml",
+    "elements_problem", "entry_problems", "kernel_schema", "load_shipped", "power_of_two_problem",
+    "render", "runs", "split", "warps_problem",
+]

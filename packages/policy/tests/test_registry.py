@@ -1,0 +1,286 @@
+"""Properties every registered kernel's launches and table must have, parametrized over
+the registry: a key no entry matches gets the baseline unchanged, a hit gets exactly its
+entry's tile, warm-up covers it, and a bad table is refused naming entry and field."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from dsv4_policy import table as generic
+from dsv4_policy.cli import main
+from dsv4_policy.conditions import Range
+from dsv4_policy.detect import load_any
+from dsv4_policy.launch_table import MAX_BOXES, KernelSpec
+from dsv4_policy.registry import KERNELS, get, names
+from dsv4_policy.table import Entry, TableError
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from policy_strategies import ARCHS, HEAVY_EXAMPLES, PROPERTY_EXAMPLES, oracle_match
+
+SPECS = list(KERNELS.values())
+POOL = (0, 1, 2, 3, 7, 64, 127, 128, 129, 256, 640, 1024, 4096, 65536, 1 << 20)
+
+
+def _filled(spec: KernelSpec, **values: object) -> dict[str, object]:
+    base: dict[str, object] = {}
+    for f in spec.schema.fields:
+        default = spec.key_defaults.get(f.name)
+        base[f.name] = default if default is not None else ("sm90" if f.type is str
+                                                            else max(f.minimum, 1))
+    base.update(values)
+    return base
+
+
+def _valid_values(spec: KernelSpec, name: str) -> list[int]:
+    """The pool values a key accepts for ``name``, found by constructing keys."""
+    found = []
+    for value in POOL:
+        try:
+            spec.key_type(**_filled(spec, **{name: value}))
+        except ValueError:
+            continue
+        found.append(value)
+    return found
+
+
+VALUES = {spec.name: {f.name: _valid_values(spec, f.name) for f in spec.schema.fields
+                      if f.type is int} for spec in SPECS}
+
+
+def keys(spec: KernelSpec) -> st.SearchStrategy[object]:
+    fields = {f.name: (st.sampled_from(ARCHS) if f.type is str
+                       else st.sampled_from(VALUES[spec.name][f.name]))
+              for f in spec.schema.fields}
+    return st.fixed_dictionaries(fields).map(lambda d: spec.key_type(**d))
+
+
+def tiles(spec: KernelSpec) -> st.SearchStrategy[object]:
+    names_ = spec.schema.config_to_toml(spec.baseline_tile)  # type: ignore[misc]
+    choices = {"tokens_per_program": st.sampled_from([1, 2, 4, 8, 16]),
+               "cols_per_program": st.sampled_from([128, 256, 512, 1024, 2048]),
+               "num_warps": st.sampled_from([1, 2, 4, 8]),
+               "split_width": st.booleans()}
+
+    def build(values: dict[str, object]) -> object:
+        try:
+            return spec.tile_type(**values)
+        except ValueError:
+            return None
+
+    return st.fixed_dictionaries({n: choices[n] for n in names_}).map(build).filter(
+        lambda t: t is not None)
+
+
+@st.composite
+def conditions(draw: st.DrawFn, spec: KernelSpec) -> dict[str, object]:
+    match: dict[str, object] = {}
+    for f in spec.schema.fields:
+        if draw(st.booleans()):
+            continue
+        if f.type is str:
+            match[f.name] = frozenset(draw(st.lists(st.sampled_from(ARCHS), min_size=1,
+                                                    max_size=3, unique=True)))
+            continue
+        values = VALUES[spec.name][f.name]
+        lo, hi = sorted(draw(st.lists(st.sampled_from(values), min_size=2, max_size=2)))
+        match[f.name] = draw(st.sampled_from([frozenset({lo}), Range(lo, hi), Range(lo)]))
+    return match
+
+
+@st.composite
+def tables(draw: st.DrawFn, spec: KernelSpec) -> list[Entry]:
+    entries: list[Entry] = []
+    for i in range(draw(st.integers(1, 5))):
+        candidate = Entry(f"e{i}", draw(conditions(spec)), draw(tiles(spec)))
+        if all(generic.overlap(spec.schema, candidate, e) is None for e in entries):
+            entries.append(candidate)
+    return entries
+
+
+def assert_launch(spec: KernelSpec, table: object, entries: list[Entry], key: object) -> None:
+    hits = [e for e in entries if oracle_match(e, key)]
+    assert len(hits) <= 1
+    launch = spec.resolve(key, table)
+    if not hits:
+        event("miss")
+        assert launch == spec.baseline(key)
+        assert launch.source == "baseline"
+        assert generic.resolve(table, key, None) is None  # type: ignore[arg-type]
+        return
+    event("hit")
+    tile = hits[0].config
+    assert launch.source == f"table:{hits[0].id}"
+    for name, value in dataclasses.asdict(tile).items():
+        assert getattr(launch, name) == value, name
+    baseline = spec.baseline(key)
+    for f in dataclasses.fields(launch):
+        if f.name not in dataclasses.asdict(tile) and f.name != "source":
+            assert getattr(launch, f.name) == getattr(baseline, f.name), f.name
+    deployment = spec.deployment_of(key)
+    if deployment is not None:
+        assert launch.compile_key() in spec.compile_keys(table, key.arch, **deployment)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+@settings(max_examples=PROPERTY_EXAMPLES // 2,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_generated_tables_fall_back_unchanged_and_hit_exactly(spec: KernelSpec,
+                                                              data: st.DataObject) -> None:
+    entries = data.draw(tables(spec))
+    table = spec.make_table(entries)
+    for _ in range(4):
+        assert_launch(spec, table, entries, data.draw(keys(spec)))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+@settings(max_examples=PROPERTY_EXAMPLES,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_shipped_table_falls_back_unchanged(spec: KernelSpec, data: st.DataObject) -> None:
+    table = spec.shipped_table()
+    key = data.draw(keys(spec))
+    assert spec.resolve(key, None) == spec.resolve(key, table)
+    assert_launch(spec, table, list(table.entries), key)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+def test_the_baseline_tile_is_vllms_own_launch(spec: KernelSpec) -> None:
+    key = spec.key_type(**_filled(spec))
+    launch = spec.baseline(key)
+    # vLLM 0.33.0 launches both kernels with one token per program, 1024 lanes, 4 warps.
+    assert (launch.tokens_per_program, launch.cols_per_program, launch.num_warps) == (1, 1024, 4)
+    assert launch.source == "baseline"
+    assert spec.shipped_table().source.endswith(spec.table_file)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+def test_shipped_table_entries_say_where_they_came_from(spec: KernelSpec) -> None:
+    table = spec.shipped_table()
+    for entry in table.entries:
+        assert entry.provenance, f"{spec.name} entry {entry.id} ships without provenance"
+    assert spec.loads_table(spec.render_table(table.entries)).entries == table.entries
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+@settings(max_examples=HEAVY_EXAMPLES, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_rendered_tables_load_back_equal(spec: KernelSpec, data: st.DataObject) -> None:
+    entries = data.draw(tables(spec))
+    assume(entries)
+    text = spec.render_table(entries, "a header")
+    assert spec.loads_table(text).entries == tuple(entries)
+
+
+def _bad_entries(spec: KernelSpec) -> list[tuple[list[Entry], str, str]]:
+    """(entries, field, message fragment) for each class of mistake, for any kernel."""
+    tile = spec.baseline_tile
+    first_int = next(f for f in spec.schema.fields if f.type is int)
+    many = {f.name: frozenset(range(0, 40, 2)) for f in spec.schema.fields
+            if f.type is int and f.minimum == 0}
+    if len(many) < 3:
+        many = {f.name: frozenset(range(1, 40, 2)) for f in spec.schema.fields
+                if f.type is int}
+    return [
+        ([Entry("a", {"no_such_field": 1}, tile)], "match.no_such_field", "unknown match field"),
+        ([Entry("a", {"arch": "hopper"}, tile)], "match.arch", "not an SM architecture"),
+        ([Entry("a", {first_int.name: first_int.minimum - 1}, tile)],
+         f"match.{first_int.name}", "below the smallest valid"),
+        ([Entry("a", {}, "not a tile")], "launch.tile", "got string"),
+        ([Entry("a", {}, tile, {"runs": [1, 2]})], "provenance.runs", "strings, numbers"),
+        ([Entry("a", {first_int.name: Range(first_int.minimum, 10)}, tile),
+          Entry("b", {first_int.name: Range(10)}, tile)], "match", "overlap"),
+        ([Entry("a", many, tile)], "match", f"(limit {MAX_BOXES})"),
+        ([Entry("bad id", {}, tile)], "id", "id must be"),
+    ]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+def test_bad_tables_are_refused_naming_entry_and_field(spec: KernelSpec) -> None:
+    for entries, field, fragment in _bad_entries(spec):
+        with pytest.raises(TableError) as info:
+            spec.make_table(entries)
+        found = [p for p in info.value.problems if p.field == field]
+        assert found, f"{spec.name}: no problem on {field}: {info.value}"
+        assert any(fragment in p.message for p in found), str(info.value)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+def test_tables_refuse_bad_tiles_in_toml(spec: KernelSpec, tmp_path: Path) -> None:
+    raw = spec.schema.config_to_toml(spec.baseline_tile)  # type: ignore[misc]
+    launch = "\n".join(f"{k} = {json.dumps(v)}" for k, v in raw.items() if k != "num_warps")
+    path = tmp_path / "t.toml"
+    for extra, expected in (("", {"launch.num_warps"}),
+                            ("row_stride = 5\n", {"launch.row_stride"})):
+        path.write_text(f'schema = 1\n[[entry]]\nid = "a"\n[entry.launch]\n{launch}\n'
+                        f"num_warps = 3\n{extra}")
+        with pytest.raises(TableError) as info:
+            spec.load_table(path)
+        assert {p.field for p in info.value.problems} == expected
+        with pytest.raises(TableError):
+            load_any(path, spec.name)
+
+
+# --------------------------------------------------------------------------- command line
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+def test_the_kernel_command_matches_resolve(spec: KernelSpec,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    values = _filled(spec)
+    for f in spec.schema.fields:
+        if f.type is int and values[f.name] == 1 and 64 in VALUES[spec.name][f.name]:
+            values[f.name] = 64
+    argv = [spec.name, "--json"] + [x for k, v in values.items()
+                                    for x in ("--" + k.replace("_", "-"), str(v))]
+    code, out = run(capsys, *argv)
+    data = json.loads(out)
+    key = spec.key_type(**data["key"])
+    assert code == 0 and data["key"] == values
+    assert data["launch"] == json.loads(json.dumps(dataclasses.asdict(spec.resolve(key, None))))
+    assert data["compile_key"] == list(spec.resolve(key, None).compile_key())
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=names())
+def test_keys_lists_the_kernels_compile_keys(spec: KernelSpec,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    deployment = {d.name: 128 if d.default is None else d.default for d in spec.deployment}
+    argv = ["keys", "--kernel", spec.name, "--arch", "sm90", "--json"]
+    argv += [x for k, v in deployment.items() for x in ("--" + k.replace("_", "-"), str(v))]
+    code, out = run(capsys, *argv)
+    assert code == 0
+    listed = {tuple(k[n] for n in spec.compile_key_fields) for k in
+              json.loads(out)["compile_keys"]}
+    assert listed == spec.compile_keys(None, "sm90", **deployment)
+    assert spec.baseline(spec.key_type(**_filled(spec))).compile_key() in listed
+
+
+def test_keys_refuses_flags_of_another_kernel(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["keys", "--kernel", "swa", "--arch", "sm90", "--window-size", "128",
+                 "--block-size", "64", "--max-model-len", "4096"])
+    assert code == 2
+    assert "--max-model-len do(es) not apply to --kernel swa" in capsys.readouterr().err
+    assert main(["keys", "--kernel", "swa", "--arch", "sm90"]) == 2
+    assert "swa needs --window-size" in capsys.readouterr().err
+
+
+def test_check_detects_every_registered_kernels_table(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    for spec in SPECS:
+        kind, _ = load_any(spec.shipped_table().source)
+        assert kind == spec.name
+    code, out = run(capsys, "check", *(s.shipped_table().source for s in SPECS))
+    assert code == 0 and out.count("ok   ") == len(SPECS)
+
+
+def test_the_registry_refuses_unknown_names() -> None:
+    assert get("swa") is KERNELS["swa"]
+    with pytest.raises(ValueError, match="registered: c128a, swa"):
+        get("c4a")
