@@ -5,14 +5,22 @@ declares ``[[tool.dsv4.targets]]`` and ``tools/targets.py`` validates them. Each
 target becomes a session of its own name; the aggregate sessions ``gpu``, ``bench``,
 ``tune`` and ``report`` run every target of that tag or kind.
 
+Results are cached like Bazel's (``tools/result_cache.py``): every target run, and
+the repository checks ``meta``, ``lint`` and ``build``, is keyed by the sha256 of all
+it depends on (``tools/cache_key.py``). A key that was seen to pass is replayed, from
+the local cache or a shared remote one, without building an environment; only a miss
+runs. ``nox -s cache -- explain TARGET`` says what a key is made of.
+
 Environments come from the one lock file (``uv.lock``, installed with
-``uv sync --locked``, which fails when the lock is stale). Tests run with an
+``uv sync --locked``, which fails when the lock is stale), or offline from a
+wheelhouse of the lock's own wheels (``DSV4_WHEELHOUSE``). Tests run with an
 allowlisted environment: only the variables named below or by the target get in,
 and HOME, TMPDIR and TRITON_CACHE_DIR point into the session's own directory.
 
-Offline runners that already hold torch and triton run ``nox --no-venv -s gpu``:
-no environment is built, the workspace sources are put on PYTHONPATH, and the same
-environment rules apply.
+Offline runners that already hold torch and triton may run ``nox --no-venv -s gpu``:
+no environment is built, the workspace sources are put on PYTHONPATH, the same
+environment rules apply, and the run is recorded as non-hermetic, with every
+installed version that differs from the lock printed and keyed.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -29,8 +38,14 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+import cache_cli  # noqa: E402
+import cache_key  # noqa: E402
+import gpu_fingerprint  # noqa: E402
 import targets as target_graph  # noqa: E402
+import units as build_units  # noqa: E402
 from hermetic import hermetic_env  # noqa: E402
+from lockfile import Lock, LockError  # noqa: E402
+from result_cache import CacheError, ResultCache  # noqa: E402
 
 try:
     GRAPH = target_graph.load(ROOT)
@@ -40,11 +55,16 @@ except target_graph.TargetError as exc:  # a broken declaration must fail `nox -
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
+# Environments are kept between runs and brought to the lock by `uv sync`, which is
+# exact for the first target of a session: a kept venv can never drift from the lock.
+nox.options.reuse_venv = "yes"
 
 ARTIFACTS = Path(os.environ.get("DSV4_ARTIFACTS_DIR", ROOT / "artifacts")).resolve()
 PLUGIN_DIR = ROOT / "tools" / "pytest_plugins"
-CPU_TARGETS = [t for t in GRAPH.targets.values() if "gpu" not in t.tags and t.kind == "test"]
-GPU_KINDS = ("bench", "tune")
+CPU_TARGETS = [
+    t for t in GRAPH.targets.values() if not build_units.needs_gpu(t) and t.kind == "test"
+]
+UNITS = build_units.all_units(GRAPH)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -57,32 +77,50 @@ def _python(session: nox.Session) -> str:
     return sys.executable if _offline(session) else str(Path(session.bin) / "python")
 
 
-def _install(session: nox.Session, target: target_graph.Target, *, exact: bool) -> None:
-    """Sync the session's venv from the lock: the target's package and its groups."""
+def _venv_env(session: nox.Session) -> dict[str, str]:
+    return {"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}
+
+
+def _wheelhouse() -> Path | None:
+    raw = os.environ.get("DSV4_WHEELHOUSE", "").strip()
+    return Path(raw).resolve() if raw else None
+
+
+def _sync(session: nox.Session, package: str, groups: tuple[str, ...], *, exact: bool) -> None:
+    """Bring the session's venv to the lock: one package (or the root) and its groups."""
     if _offline(session):
         return
-    args = ["uv", "sync", "--locked", "--no-default-groups", "--package", target.package.dist]
-    for group in target.groups:
+    house = _wheelhouse()
+    if house is not None:
+        _install_from_wheelhouse(session, house, package, groups)
+        return
+    args = ["uv", "sync", "--locked", "--no-default-groups"]
+    args += ["--package", package] if package != build_units.WORKSPACE else ["--no-install-project"]
+    for group in groups:
         args += ["--group", group]
     if not exact:
         args.append("--inexact")
+    session.run_install(*args, env=_venv_env(session), external=True, silent=True)
+
+
+def _install_from_wheelhouse(
+    session: nox.Session, house: Path, package: str, groups: tuple[str, ...]
+) -> None:
+    """Offline and hermetic: the lock's pins and hashes, wheels from ``house``."""
+    requirements = Path(session.create_tmp()) / f"wheelhouse-{package}.txt"
     session.run_install(
-        *args,
-        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
-        external=True,
-        silent=True,
+        "uv", "export", "--locked", "--offline", "--no-emit-workspace", "--no-default-groups",
+        "--quiet", *(["--package", package] if package != build_units.WORKSPACE else []),
+        *(a for g in groups for a in ("--group", g)), "-o", str(requirements),
+        external=True, silent=True,
     )
-
-
-def _needs_gpu(target: target_graph.Target) -> bool:
-    """The session fails without a CUDA device: gpu-tagged tests, benches and tuning."""
-    return "gpu" in target.tags or target.kind in GPU_KINDS
-
-
-def _gpu_env(target: target_graph.Target) -> bool:
-    """The CUDA driver variables get in: every GPU target, and the report, which times
-    on a GPU when one is visible and falls back to the interpreter when not."""
-    return _needs_gpu(target) or target.kind == "report"
+    common = ["--offline", "--no-index", "--find-links", str(house), "--python", _python(session)]
+    session.run_install("uv", "pip", "install", "--quiet", "--require-hashes", "--no-deps",
+                        *common, "-r", str(requirements), external=True, silent=True)
+    if package != build_units.WORKSPACE:
+        folders = [str(GRAPH.packages[d].folder) for d in GRAPH.closure(package)]
+        session.run_install("uv", "pip", "install", "--quiet", "--no-deps", *common,
+                            *(a for f in folders for a in ("-e", f)), external=True, silent=True)
 
 
 def _source_path(target: target_graph.Target) -> list[str]:
@@ -90,16 +128,49 @@ def _source_path(target: target_graph.Target) -> list[str]:
     return [str(GRAPH.packages[d].folder / "src") for d in GRAPH.target_packages(target)]
 
 
+def _aux_environments(session: nox.Session, target: target_graph.Target) -> dict[str, str]:
+    """Build each side environment the target declares; return ``{VARIABLE: python}``.
+
+    A side environment lives outside the workspace lock (a server the tests start, say)
+    and comes from a fully pinned, hash-checked requirements file. It is rebuilt only
+    when that file changes: its folder is named by the file's digest.
+    """
+    found: dict[str, str] = {}
+    for aux in target.aux_envs.values():
+        requirements = target.package.folder / aux.requirements
+        digest = cache_key.sha256_bytes(requirements.read_bytes())[:16]
+        venv = ROOT / ".nox" / "_aux" / f"{aux.name}-py{aux.python}-{digest}"
+        python = venv / "bin" / "python"
+        if not (venv / ".complete").is_file():
+            interpreter = shutil.which(f"python{aux.python}")
+            if interpreter is None:
+                session.error(
+                    f"{target.name}: side environment {aux.name!r} needs python{aux.python} "
+                    "on PATH"
+                )
+            shutil.rmtree(venv, ignore_errors=True)
+            session.log(f"{target.name}: building side environment {aux.name} from {requirements}")
+            session.run(interpreter, "-m", "venv", str(venv), external=True, silent=True)
+            session.run(
+                str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes",
+                "--disable-pip-version-check", "-r", str(requirements), external=True,
+            )
+            (venv / ".complete").write_text(str(requirements) + "\n")
+        found[aux.variable] = str(python)
+    return found
+
+
 def _run_target(session: nox.Session, target: target_graph.Target, extra: list[str]) -> None:
     offline = _offline(session)
     session_dir = Path(session.create_tmp()).parent if not offline else ARTIFACTS / session.name
+    set_env = {**target.set_env, **_aux_environments(session, target)}
     env = hermetic_env(
         outer=os.environ,
         session_dir=session_dir / target.name,
         bin_dir=str(Path(_python(session)).parent),
         allow=target.env,
-        set_env=target.set_env,
-        gpu=_gpu_env(target),
+        set_env=set_env,
+        gpu=build_units.needs_gpu(target) or target.kind == "report",
         python_path=[str(PLUGIN_DIR), *(_source_path(target) if offline else [])],
     )
     env["DSV4_ARTIFACTS_DIR"] = str(ARTIFACTS)  # where results go: the session's, not a leak
@@ -119,25 +190,121 @@ def _run_target(session: nox.Session, target: target_graph.Target, extra: list[s
         session.run(*timeout, *cmd, env=env, include_outer_env=False, external=True)
 
 
-def _cuda_fingerprint(session: nox.Session) -> dict:
-    """Fail the session unless a CUDA device is visible; return the GPU fingerprint."""
-    if not _offline(session):
-        smi = shutil.which("nvidia-smi")
-        listing = subprocess.run([smi, "-L"], capture_output=True, text=True) if smi else None
-        if listing is None or listing.returncode != 0 or "GPU" not in listing.stdout:
+# --------------------------------------------------------------------------- the result cache
+_LOCK: list[Lock] = []
+_TREE: list[cache_key.SourceTree] = []
+
+
+def _cache(session: nox.Session) -> ResultCache:
+    try:
+        return ResultCache.from_environment(
+            os.environ, resolve_output=_resolve_output, warn=session.warn
+        )
+    except CacheError as exc:
+        session.error(str(exc))
+        raise
+
+
+def _resolve_output(logical: str) -> Path:
+    """``artifacts/…`` lives in the artifacts folder (DSV4_ARTIFACTS_DIR); the rest in
+    the repository."""
+    head, _, rest = logical.partition("/")
+    return ARTIFACTS / rest if head == "artifacts" else ROOT / logical
+
+
+def _key_inputs(session: nox.Session, gpu: dict | None) -> cache_key.KeyInputs:
+    if not _LOCK:
+        try:
+            _LOCK.append(Lock.load(ROOT / "uv.lock"))
+        except LockError as exc:
+            session.error(str(exc))
+        _TREE.append(cache_key.SourceTree(ROOT))
+    return cache_key.KeyInputs(
+        root=ROOT, tree=_TREE[0], lock=_LOCK[0], outer_env=os.environ,
+        hermetic=not _offline(session), gpu=gpu,
+    )
+
+
+def _key(session: nox.Session, unit: build_units.Unit, args: list[str], gpu: dict | None):
+    try:
+        return build_units.key_for(GRAPH, unit, args, _key_inputs(session, gpu))
+    except LockError as exc:
+        session.error(f"{unit.name}: {exc}")
+        raise
+
+
+def _replay(session: nox.Session, cache: ResultCache, unit: build_units.Unit, key) -> bool:
+    """Serve a stored pass of ``key``: restore its outputs and say so. False on a miss."""
+    hit = cache.lookup(key.digest)
+    if hit is None:
+        if cache.mode == "require":
+            why = cache_cli.changes_since_latest(cache.local, key)
             session.error(
-                "no CUDA device visible: nvidia-smi found no GPU on this machine. "
-                "The gpu and bench sessions need an NVIDIA GPU; on a CPU machine run "
-                "`nox` (the CPU sessions) instead"
+                f"{unit.name}: cache miss under DSV4_CACHE=require (key {key.digest[:8]}; "
+                f"{why})"
             )
+        return False
+    cache.restore(hit.record)
+    cache.local.event(kind="hit", target=unit.name, key=key.digest, origin=hit.origin,
+                      saved_s=hit.record.duration_s)
+    session.log(f"{cache_cli.hit_line(unit.name, hit)}")
+    return True
+
+
+def _collect_outputs(unit: build_units.Unit, started: float) -> dict[str, Path]:
+    """The unit's output files written by this run (older leftovers are not outputs)."""
+    found: dict[str, Path] = {}
+    for pattern in unit.outputs:
+        head, _, rest = pattern.partition("/")
+        base, glob = (ARTIFACTS, rest) if head == "artifacts" else (ROOT, pattern)
+        for path in sorted(base.glob(glob)):
+            if path.is_file() and path.stat().st_mtime >= started - 1:
+                logical = ("artifacts/" if base == ARTIFACTS else "") + str(
+                    path.relative_to(base).as_posix()
+                )
+                found[logical] = path
+    return found
+
+
+def _run_cached(session: nox.Session, cache: ResultCache, unit: build_units.Unit, key,
+                run, fingerprint: dict | None = None) -> None:
+    """Run ``run()`` for a missed unit and store the pass. A failure raises and is
+    never stored."""
+    started = time.time()
+    run()
+    duration = time.time() - started
+    cache.local.event(kind="run", target=unit.name, key=key.digest, duration_s=round(duration, 3))
+    record = cache.store(
+        key=key.digest, target=unit.name, duration_s=duration, fingerprint=fingerprint or {},
+        components=key.component_digests(), files=key.files(),
+        outputs=_collect_outputs(unit, started),
+    )
+    if record is not None:
+        session.log(f"{unit.name}: PASSED in {duration:.1f} s, stored as {key.digest[:8]}")
+
+
+# --------------------------------------------------------------------------- GPU checks
+def _gpu_identity(session: nox.Session) -> dict:
+    """Fail unless a CUDA device is visible; return what the key needs (no torch)."""
+    data = gpu_fingerprint.smi()
+    if "error" in data:
+        session.error(
+            f"no CUDA device visible: {data['error']}. The gpu and bench sessions need an "
+            "NVIDIA GPU; on a CPU machine run `nox` (the CPU sessions) instead"
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        data["visible_devices"] = visible
+        data["device_count"] = len([d for d in visible.split(",") if d.strip()])
+    return data
+
+
+def _full_fingerprint(session: nox.Session, chosen: list[target_graph.Target]) -> dict:
+    """The torch-side fingerprint, after install: GPU, CUDA, torch, triton, hermeticity."""
     probe = ROOT / "tools" / "gpu_fingerprint.py"
     env = hermetic_env(
-        outer=os.environ,
-        session_dir=ARTIFACTS / session.name / "probe",
-        bin_dir=str(Path(_python(session)).parent),
-        allow=(),
-        set_env={},
-        gpu=True,
+        outer=os.environ, session_dir=ARTIFACTS / session.name / "probe",
+        bin_dir=str(Path(_python(session)).parent), allow=(), set_env={}, gpu=True,
         python_path=[],
     )
     out = session.run(
@@ -147,12 +314,41 @@ def _cuda_fingerprint(session: nox.Session) -> dict:
     data = json.loads(str(out).strip().splitlines()[-1])
     if "error" in data:
         session.error(f"no CUDA device visible: {data['error']}")
+    data["hermetic"] = not _offline(session)
+    if _offline(session):
+        data["version_drift"] = _drift(session, chosen)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / f"{session.name}-fingerprint.json").write_text(json.dumps(data, indent=2) + "\n")
     session.log(f"GPU fingerprint: {json.dumps(data)}")
     return data
 
 
+def _drift(session: nox.Session, chosen: list[target_graph.Target]) -> list[str]:
+    """Under --no-venv: each installed version that is not the lock's, printed."""
+    lock = _key_inputs(session, None).lock
+    locked = {d.name: d for t in chosen for d in lock.closure(t.package.dist, t.groups)}
+    pinned = sorted(locked.values(), key=lambda d: d.name)
+    lines = cache_key.version_drift(pinned, cache_key.installed_versions(pinned))
+    if lines:
+        session.warn(
+            "non-hermetic run (--no-venv): the interpreter's packages differ from uv.lock; "
+            "results are cached under their own key:\n  " + "\n  ".join(lines)
+        )
+    return lines
+
+
+def _gpu_pytest_args(identity: dict | None, target: target_graph.Target) -> list[str]:
+    """One pytest-xdist worker per visible GPU; each worker pins its own device.
+
+    Benchmarks stay in one process: pytest-benchmark turns itself off under xdist, and
+    timings taken while another GPU test runs on the host would not be worth keeping."""
+    count = int((identity or {}).get("device_count", 1))
+    if count > 1 and target.pytest and target.kind == "test":
+        return ["-n", str(count), "--dist", "load"]
+    return []
+
+
+# --------------------------------------------------------------------------- target sessions
 def _select(session: nox.Session, pool: list[target_graph.Target]) -> tuple[list, list[str]]:
     """``-- --targets a,b`` narrows an aggregate session; the rest of posargs go to pytest."""
     args = list(session.posargs)
@@ -174,35 +370,33 @@ def _select(session: nox.Session, pool: list[target_graph.Target]) -> tuple[list
     return chosen, args
 
 
-def _gpu_pytest_args(fingerprint: dict, target: target_graph.Target) -> list[str]:
-    """One pytest-xdist worker per visible GPU; each worker pins its own device.
-
-    Benchmarks stay in one process: pytest-benchmark turns itself off under xdist, and
-    timings taken while another GPU test runs on the host would not be worth keeping."""
-    count = int(fingerprint.get("device_count", 1))
-    if count > 1 and target.pytest and target.kind == "test":
-        return ["-n", str(count), "--dist", "load"]
-    return []
-
-
-def _aggregate(session: nox.Session, pool: list[target_graph.Target], *, needs_gpu: bool) -> None:
-    chosen, extra = _select(session, pool)
-    fingerprint = _cuda_fingerprint(session) if needs_gpu else {}
-    for i, target in enumerate(chosen):
-        _install(session, target, exact=i == 0)
+def _run_targets(session: nox.Session, chosen: list[target_graph.Target], extra: list[str],
+                 *, needs_gpu: bool) -> None:
+    """Replay every target whose key was seen to pass; install and run only the rest."""
+    cache = _cache(session)
+    identity = _gpu_identity(session) if needs_gpu else None
+    if _offline(session) and not needs_gpu:
+        _drift(session, chosen)
+    misses = []
     for target in chosen:
+        unit = UNITS[target.name]
+        args = [*_gpu_pytest_args(identity, target), *extra]
+        key = _key(session, unit, args, identity if unit.needs_gpu else None)
+        if not _replay(session, cache, unit, key):
+            misses.append((target, unit, args, key))
+    for i, (target, *_rest) in enumerate(misses):
+        _sync(session, target.package.dist, target.groups, exact=i == 0)
+    fingerprint = _full_fingerprint(session, [m[0] for m in misses]) if needs_gpu and misses else {}
+    for target, unit, args, key in misses:
         session.log(f"target {target.name} ({target.package.dist}, {target.kind})")
-        _run_target(session, target, [*_gpu_pytest_args(fingerprint, target), *extra])
+        _run_cached(session, cache, unit, key, lambda t=target, a=args: _run_target(session, t, a),
+                    fingerprint if unit.needs_gpu else None)
 
 
-# --------------------------------------------------------------------------- target sessions
 def _make_target_session(target: target_graph.Target) -> None:
-    needs_gpu = _needs_gpu(target)
-
     def session_fn(session: nox.Session) -> None:
-        fingerprint = _cuda_fingerprint(session) if needs_gpu else {}
-        _install(session, target, exact=True)
-        _run_target(session, target, [*_gpu_pytest_args(fingerprint, target), *session.posargs])
+        _run_targets(session, [target], list(session.posargs),
+                     needs_gpu=build_units.needs_gpu(target))
 
     session_fn.__doc__ = (
         f"{target.kind} target of {target.package.dist} (tags: {', '.join(sorted(target.tags))})"
@@ -212,6 +406,11 @@ def _make_target_session(target: target_graph.Target) -> None:
 
 for _target in GRAPH.targets.values():
     _make_target_session(_target)
+
+
+def _aggregate(session: nox.Session, pool: list[target_graph.Target], *, needs_gpu: bool) -> None:
+    chosen, extra = _select(session, pool)
+    _run_targets(session, chosen, extra, needs_gpu=needs_gpu)
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -240,86 +439,106 @@ def report(session: nox.Session) -> None:
 
 
 # --------------------------------------------------------------------------- repo sessions
+def _repo_check(session: nox.Session, name: str, run) -> None:
+    unit = UNITS[name]
+    cache = _cache(session)
+    key = _key(session, unit, list(session.posargs), None)
+    if not _replay(session, cache, unit, key):
+        _run_cached(session, cache, unit, key, run)
+
+
 @nox.session
 def meta(session: nox.Session) -> None:
-    """Tests of the target graph, the session environment and the layering rules."""
-    if not _offline(session):
-        session.run_install(
-            "uv", "sync", "--locked", "--no-default-groups", "--package", "dsv4-policy",
-            "--group", "test",
-            env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
-            external=True, silent=True,
+    """Tests of the target graph, the result cache, the session environment and layering."""
+
+    def run() -> None:
+        _sync(session, "dsv4-policy", ("test",), exact=True)
+        _sync(session, build_units.WORKSPACE, ("meta",), exact=False)
+        env = hermetic_env(
+            outer=os.environ,
+            session_dir=Path(session.create_tmp()).parent / "meta",
+            bin_dir=str(Path(_python(session)).parent),
+            allow=(),
+            set_env={},
+            gpu=False,
+            python_path=[str(ROOT / "tools"), str(PLUGIN_DIR)],
         )
-    env = hermetic_env(
-        outer=os.environ,
-        session_dir=Path(session.create_tmp()).parent / "meta",
-        bin_dir=str(Path(_python(session)).parent),
-        allow=(),
-        set_env={},
-        gpu=False,
-        python_path=[str(ROOT / "tools"), str(PLUGIN_DIR)],
-    )
-    with session.chdir(ROOT):
-        session.run(
-            _python(session), "-m", "pytest", "tools/tests", "-p", "dsv4_hermetic",
-            "-p", "no:cacheprovider", f"--basetemp={env['TMPDIR']}/pytest", *session.posargs,
-            env=env, include_outer_env=False, external=True,
-        )
+        junit = ARTIFACTS / "junit" / "meta.xml"
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        with session.chdir(ROOT):
+            session.run(
+                _python(session), "-m", "pytest", "tools/tests", "-p", "dsv4_hermetic",
+                "-p", "no:cacheprovider", f"--junitxml={junit}",
+                f"--basetemp={env['TMPDIR']}/pytest", *session.posargs,
+                env=env, include_outer_env=False, external=True,
+            )
+
+    _repo_check(session, "meta", run)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff, the lock's freshness, and the one-way layering contracts (import-linter)."""
-    if not _offline(session):
-        session.run_install(
-            "uv", "sync", "--locked", "--only-group", "lint",
-            env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
-            external=True, silent=True,
-        )
-    session.run("uv", "lock", "--check", external=True)
-    session.run("ruff", "check", str(ROOT))
-    env = {"PYTHONPATH": os.pathsep.join(str(p.folder / "src") for p in GRAPH.packages.values())}
-    with session.chdir(ROOT):
-        session.run("lint-imports", "--config", str(ROOT / ".importlinter"), env=env)
+
+    def run() -> None:
+        _sync(session, build_units.WORKSPACE, ("lint",), exact=True)
+        session.run("uv", "lock", "--check", external=True)
+        session.run("ruff", "check", str(ROOT))
+        sources = [str(p.folder / "src") for p in GRAPH.packages.values()]
+        env = {"PYTHONPATH": os.pathsep.join(sources)}
+        with session.chdir(ROOT):
+            session.run("lint-imports", "--config", str(ROOT / ".importlinter"), env=env)
+
+    _repo_check(session, "lint", run)
 
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """Wheel and sdist of each package; each wheel installed alone into an empty venv."""
-    dist = Path(session.create_tmp()) / "dist"
-    shutil.rmtree(dist, ignore_errors=True)
+    """Wheel and sdist of each package; each wheel installed alone into an empty venv.
+
+    Each package is its own cached unit (``build:<dist>``): a change to one package
+    rebuilds it and the packages that depend on it, nothing else."""
+    cache = _cache(session)
     for package in GRAPH.packages.values():
-        session.run("uv", "build", "--quiet", "--out-dir", str(dist), str(package.folder),
-                    external=True)
+        unit = UNITS[f"build:{package.dist}"]
+        key = _key(session, unit, [], None)
+        if not _replay(session, cache, unit, key):
+            _run_cached(session, cache, unit, key, lambda p=package: _build_alone(session, p))
+
+
+def _build_alone(session: nox.Session, package: target_graph.Package) -> None:
+    dist = Path(session.create_tmp()) / f"dist-{package.module}"
+    shutil.rmtree(dist, ignore_errors=True)
+    for name in GRAPH.closure(package.dist):
+        session.run("uv", "build", "--quiet", "--out-dir", str(dist),
+                    str(GRAPH.packages[name].folder), external=True)
     # Intra-repo deps come from the wheels just built, everything else pinned by the lock.
     constraints = Path(session.create_tmp()) / "constraints.txt"
     session.run(
         "uv", "export", "--locked", "--all-packages", "--no-hashes", "--no-emit-workspace",
         "--no-default-groups", "--quiet", "-o", str(constraints), external=True,
     )
-    for package in GRAPH.packages.values():
-        wheels = sorted(dist.glob(f"{package.module}-*.whl"))
-        sdists = sorted(dist.glob(f"{package.module}-*.tar.gz"))
-        if len(wheels) != 1 or len(sdists) != 1:
-            session.error(f"{package.dist}: expected one wheel and one sdist in {dist}")
-        venv = Path(session.create_tmp()) / f"alone-{package.module}"
-        shutil.rmtree(venv, ignore_errors=True)
-        session.run("uv", "venv", "--quiet", str(venv), external=True)
-        python = str(venv / "bin" / "python")
-        session.run(
-            "uv", "pip", "install", "--quiet", "--python", python, "--find-links", str(dist),
-            "-c", str(constraints), str(wheels[0]), external=True,
-        )
-        alone = not package.runtime_deps and not _third_party(package)
-        probe = (
-            f"import importlib.metadata as md, {package.module} as m; "
-            "names = sorted(d.metadata['Name'] for d in md.distributions()); "
-            "print(m.__name__, 'imports alone;', len(names), 'distributions:', names); "
-            # A package with no dependencies installs into an empty venv as itself only.
-            f"assert not {alone} or names == [{package.dist!r}], names"
-        )
-        session.run(python, "-c", probe, external=True)
-    session.log(f"built and installed alone: {', '.join(GRAPH.packages)}")
+    wheels = sorted(dist.glob(f"{package.module}-*.whl"))
+    sdists = sorted(dist.glob(f"{package.module}-*.tar.gz"))
+    if len(wheels) != 1 or len(sdists) != 1:
+        session.error(f"{package.dist}: expected one wheel and one sdist in {dist}")
+    venv = Path(session.create_tmp()) / f"alone-{package.module}"
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run("uv", "venv", "--quiet", str(venv), external=True)
+    python = str(venv / "bin" / "python")
+    session.run(
+        "uv", "pip", "install", "--quiet", "--python", python, "--find-links", str(dist),
+        "-c", str(constraints), str(wheels[0]), external=True,
+    )
+    alone = not package.runtime_deps and not _third_party(package)
+    probe = (
+        f"import importlib.metadata as md, {package.module} as m; "
+        "names = sorted(d.metadata['Name'] for d in md.distributions()); "
+        "print(m.__name__, 'imports alone;', len(names), 'distributions:', names); "
+        # A package with no dependencies installs into an empty venv as itself only.
+        f"assert not {alone} or names == [{package.dist!r}], names"
+    )
+    session.run(python, "-c", probe, external=True)
 
 
 def _third_party(package: target_graph.Package) -> bool:
@@ -329,6 +548,68 @@ def _third_party(package: target_graph.Package) -> bool:
     return bool(data.get("project", {}).get("dependencies"))
 
 
+# --------------------------------------------------------------------------- cache, wheelhouse
+@nox.session(venv_backend="none")
+def cache(session: nox.Session) -> None:
+    """The result cache: ``explain TARGET [--no-venv]``, ``stats``, ``clean``; ``--json``.
+
+    ``explain`` prints each component of the target's key with its digest, and what
+    changed since the target's last stored pass."""
+    try:
+        results = _cache(session)
+        code = cache_cli.main(
+            list(session.posargs), graph=GRAPH, units=UNITS, cache=results,
+            key_inputs=lambda hermetic, gpu: cache_key.KeyInputs(
+                root=ROOT, tree=cache_key.SourceTree(ROOT), lock=Lock.load(ROOT / "uv.lock"),
+                outer_env=os.environ, hermetic=hermetic, gpu=gpu,
+            ),
+            gpu_identity=gpu_fingerprint.smi,
+        )
+    except (cache_cli.UsageError, CacheError, LockError) as exc:
+        session.error(str(exc))
+    if code:
+        session.error(f"cache {' '.join(session.posargs)} failed")
+
+
+@nox.session(venv_backend="none")
+def wheelhouse(session: nox.Session) -> None:
+    """Download, hash-checked, every locked wheel the GPU targets need, for offline runners.
+
+    ``nox -s wheelhouse -- --python 3.12 --platform manylinux_2_28_x86_64 --out DIR
+    [--targets a,b]``; then on the runner ``DSV4_WHEELHOUSE=DIR nox -s gpu``."""
+    args = cache_cli.parse_wheelhouse_args(
+        list(session.posargs),
+        default_targets=[t.name for t in GRAPH.targets.values() if build_units.needs_gpu(t)],
+        known=list(GRAPH.targets),
+    )
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    slices = [(build_units.WORKSPACE, ("backend", "nox"))]
+    slices += [(GRAPH.targets[n].package.dist, GRAPH.targets[n].groups) for n in args.targets]
+    requirements = out / "requirements.txt"
+    lines: dict[str, str] = {}
+    for package, groups in slices:
+        part = Path(session.create_tmp()) / "part.txt"
+        session.run(
+            "uv", "export", "--locked", "--no-emit-workspace", "--no-default-groups", "--quiet",
+            *(["--package", package] if package != build_units.WORKSPACE else []),
+            *(a for g in groups for a in ("--group", g)), "-o", str(part), external=True,
+        )
+        lines.update(cache_cli.requirement_blocks(part.read_text()))
+    requirements.write_text("".join(lines[name] for name in sorted(lines)))
+    session.run(
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+        "--only-binary=:all:", "--python-version", args.python, "--implementation", "cp",
+        *(a for p in args.platform for a in ("--platform", p)),
+        "-d", str(out), "-r", str(requirements), external=True,
+    )
+    session.log(
+        f"wheelhouse {out}: {len(lines)} pinned distributions for {', '.join(args.targets)} "
+        f"(Python {args.python}, {', '.join(args.platform)}); use DSV4_WHEELHOUSE={out}"
+    )
+
+
+# --------------------------------------------------------------------------- affected
 @nox.session(venv_backend="none")
 def affected(session: nox.Session) -> None:
     """Sessions whose targets, or whose reverse deps, changed since a git base ref.
@@ -336,7 +617,8 @@ def affected(session: nox.Session) -> None:
     ``nox -s affected -- origin/main`` prints the session names. Flags: ``--run`` runs
     them, ``--cpu-only`` / ``--gpu-only`` keep one runner's share, ``--no-venv`` runs
     them offline. Like Bazel's rdeps: a change to a package affects its own targets
-    and every target whose environment holds that package.
+    and every target whose environment holds that package. With the result cache, a
+    plain `nox` already reruns only what changed; this narrows which runner is asked.
     """
     flags = {"--run", "--cpu-only", "--gpu-only", "--no-venv"}
     args = [a for a in session.posargs if a not in flags]

@@ -2,6 +2,9 @@
 
 The gpu and bench sessions record this beside their results so that a number is
 never read without the GPU, driver, CUDA, torch and triton it came from.
+
+:func:`smi` is the part that needs no torch: it asks ``nvidia-smi``, so the result
+cache can key a GPU target before any environment exists.
 """
 
 from __future__ import annotations
@@ -37,6 +40,30 @@ def fingerprint() -> dict:
         "torch": torch.__version__,
         "triton": triton_version,
         "python": sys.version.split()[0],
+    }
+
+
+def smi() -> dict:
+    """GPU names, compute capability, driver and count from nvidia-smi, or an error."""
+    try:
+        run = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
+             "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        )
+    except FileNotFoundError:
+        return {"error": "nvidia-smi is not installed: no NVIDIA driver on this machine"}
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": f"nvidia-smi failed: {exc}"}
+    rows = [[c.strip() for c in line.split(",")] for line in run.stdout.splitlines() if line]
+    if run.returncode != 0 or not rows or any(len(r) != 3 for r in rows):
+        detail = (run.stderr or run.stdout).strip().splitlines()[:1]
+        return {"error": f"nvidia-smi found no GPU ({detail[0] if detail else 'no output'})"}
+    return {
+        "gpus": sorted({r[0] for r in rows}),
+        "compute_capability": sorted({r[1] for r in rows}),
+        "driver": rows[0][2],
+        "device_count": len(rows),
     }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 KINDS = ("test", "bench", "tune", "report")
-TAGS = ("cpu", "gpu", "interpreter", "vllm", "bench")
+TAGS = ("cpu", "gpu", "interpreter", "vllm", "bench", "server")
 TARGET_FIELDS = {
     "name": "a lowercase name such as 'policy' or 'kernels-gpu'",
     "kind": f"one of {', '.join(KINDS)}",
@@ -30,6 +30,11 @@ TARGET_FIELDS = {
     "timeout": "a positive number of seconds",
     "pytest": "a list of pytest arguments, paths relative to the package",
     "command": "a list: a console command and its arguments",
+    "inputs": "a list of repository-relative files or folders the target also reads",
+    "outputs": "a list of globs the target writes: 'artifacts/…' (the artifacts folder) "
+    "or repository-relative",
+    "aux_envs": "a table of side environments, e.g. "
+    "{ vllm-cpu = { requirements = 'server/requirements.txt', python = '3.11' } }",
 }
 REQUIRED = ("name", "kind", "tags", "timeout")
 _NAME = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -66,6 +71,37 @@ class Target:
     timeout: float = 600.0
     pytest: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    aux_envs: Mapping[str, AuxEnv] = field(default_factory=dict)
+
+    def declaration(self) -> dict[str, object]:
+        """The declared fields, normalised: what the result cache keys a target by."""
+        return {
+            "name": self.name, "kind": self.kind, "tags": sorted(self.tags),
+            "package": self.package.dist, "deps": list(self.deps), "groups": list(self.groups),
+            "env": list(self.env), "set_env": dict(sorted(self.set_env.items())),
+            "timeout": self.timeout, "pytest": list(self.pytest), "command": list(self.command),
+            "inputs": list(self.inputs), "outputs": list(self.outputs),
+            "aux_envs": {k: v.__dict__ for k, v in sorted(self.aux_envs.items())},
+        }
+
+
+@dataclass(frozen=True)
+class AuxEnv:
+    """A side environment outside the workspace lock, e.g. a server the tests start.
+
+    Built from a fully pinned, hash-checked requirements file; the tests find its
+    interpreter in ``DSV4_AUX_<NAME>_PYTHON``.
+    """
+
+    name: str
+    requirements: str  # relative to the package folder
+    python: str  # e.g. "3.11"
+
+    @property
+    def variable(self) -> str:
+        return f"DSV4_AUX_{self.name.upper().replace('-', '_')}_PYTHON"
 
 
 @dataclass(frozen=True)
@@ -241,6 +277,18 @@ def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> T
     )
     if bool(pytest_args) == bool(command):
         raise _fail(pyproject, where, "give exactly one of 'pytest' or 'command'")
+    inputs = _str_list(pyproject, f"{where}.inputs", raw.get("inputs", []), TARGET_FIELDS["inputs"])
+    outputs = _str_list(
+        pyproject, f"{where}.outputs", raw.get("outputs", []), TARGET_FIELDS["outputs"]
+    )
+    for key, paths in (("inputs", inputs), ("outputs", outputs)):
+        for item in paths:
+            if item.startswith("/") or ".." in Path(item).parts or not item.strip():
+                raise _fail(
+                    pyproject, f"{where}.{key}",
+                    f"{item!r} must be a relative path inside the repository",
+                )
+    aux_envs = _parse_aux_envs(pyproject, f"{where}.aux_envs", raw.get("aux_envs", {}), package)
     return Target(
         name=name,
         kind=kind,
@@ -253,7 +301,40 @@ def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> T
         timeout=float(timeout),
         pytest=pytest_args,
         command=command,
+        inputs=inputs,
+        outputs=outputs,
+        aux_envs=aux_envs,
     )
+
+
+def _parse_aux_envs(pyproject: Path, where: str, raw: object, package: Package) -> dict:
+    if not isinstance(raw, dict):
+        raise _fail(pyproject, where, f"expected {TARGET_FIELDS['aux_envs']}, got {raw!r}")
+    out = {}
+    for name, spec in raw.items():
+        if not _NAME.match(name):
+            raise _fail(
+                pyproject, f"{where}.{name}", "expected a lowercase name such as 'vllm-cpu'"
+            )
+        if not isinstance(spec, dict) or set(spec) != {"requirements", "python"} or not all(
+            isinstance(v, str) for v in spec.values()
+        ):
+            raise _fail(
+                pyproject, f"{where}.{name}",
+                f"expected {{ requirements = '<file>', python = '3.11' }}, got {spec!r}",
+            )
+        if not re.fullmatch(r"3\.\d+", spec["python"]):
+            raise _fail(
+                pyproject, f"{where}.{name}.python",
+                f"expected e.g. '3.11', got {spec['python']!r}",
+            )
+        if not (package.folder / spec["requirements"]).is_file():
+            raise _fail(
+                pyproject, f"{where}.{name}.requirements",
+                f"{spec['requirements']!r} is not a file in {package.folder}",
+            )
+        out[name] = AuxEnv(name=name, requirements=spec["requirements"], python=spec["python"])
+    return out
 
 
 def _check_cycles(packages: Mapping[str, Package], files: Mapping[str, Path]) -> None:

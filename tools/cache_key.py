@@ -1,0 +1,247 @@
+"""The content key of one target run: a sha256 over everything its result depends on.
+
+A target's result is a function of declared inputs only (the hermetic rules in
+``hermetic.py`` make that true), so equal keys mean the stored result stands. The key
+is the digest of named *components*, each digested on its own, so that
+``nox -s cache -- explain TARGET`` can say which one changed:
+
+- ``declaration``: the target's own fields, normalised;
+- ``build``: the build definitions (``noxfile.py``, ``tools/``, ``.importlinter``,
+  ``ci/bootstrap.txt``, the root ``pyproject.toml``);
+- ``sources:<dist>``: file contents (never mtimes) of the target's package and of
+  every intra-repo package in its environment;
+- ``inputs``: other repository files the target declares it reads (stored baselines);
+- ``environment``: the lock's slice for the target's package and groups; on a
+  non-hermetic run (``--no-venv``) also each installed version beside the lock's;
+- ``variables``: the values of the variables the target lets in, and of ``CI``;
+- ``interpreter``: Python implementation, version and platform;
+- ``gpu``: for targets that need one, the GPU (name, compute capability, driver,
+  count) and whether the run is hermetic;
+- ``arguments``: the extra arguments given after ``--``.
+
+Stdlib only, and cheap: a cache hit must cost about a second, before any
+environment is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockfile import Lock, Locked
+
+SCHEMA = "dsv4-result-cache/1"
+BUILD_FILES = ("noxfile.py", ".importlinter", "ci/bootstrap.txt", "pyproject.toml")
+BUILD_FOLDERS = ("tools",)
+# Never inputs: caches and outputs that live inside the tree but are not sources.
+_JUNK_PARTS = {"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".benchmarks"}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_json(value: object) -> str:
+    """sha256 of a canonical JSON form: key order and spacing never change a digest."""
+    return sha256_bytes(json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
+
+
+@dataclass(frozen=True)
+class Component:
+    """One named input of a key. ``files`` maps path -> sha256 for file components."""
+
+    name: str
+    digest: str
+    detail: object = None
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Key:
+    """A target run's key and the components it was computed from."""
+
+    target: str
+    components: tuple[Component, ...]
+
+    @property
+    def digest(self) -> str:
+        return digest_json([SCHEMA, self.target, [[c.name, c.digest] for c in self.components]])
+
+    def component_digests(self) -> dict[str, str]:
+        return {c.name: c.digest for c in self.components}
+
+    def files(self) -> dict[str, str]:
+        merged: dict[str, str] = {}
+        for c in self.components:
+            merged.update(c.files)
+        return merged
+
+
+class SourceTree:
+    """Content digests of the files under a repository root, listed by git.
+
+    git names the files (tracked, plus untracked files it does not ignore), so build
+    outputs and caches never enter a key; the contents are hashed here from the
+    working tree, so an uncommitted edit changes the key as it should. Outside a git
+    checkout every file counts, less the usual caches.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._listing: list[str] | None = None
+        self._digests: dict[str, str] = {}
+
+    def _list(self) -> list[str]:
+        if self._listing is None:
+            try:
+                out = subprocess.run(
+                    ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                    cwd=self.root, capture_output=True, check=True,
+                ).stdout.decode()
+                names = sorted({n for n in out.split("\0") if n})
+            except (OSError, subprocess.CalledProcessError):
+                names = sorted(
+                    str(p.relative_to(self.root)) for p in self.root.rglob("*")
+                    if p.is_file() and not _JUNK_PARTS & set(p.parts) and ".git" not in p.parts
+                )
+            self._listing = names
+        return self._listing
+
+    def files_under(self, prefix: str) -> dict[str, str]:
+        """``{relative path: sha256}`` of every existing file at or below ``prefix``."""
+        prefix = prefix.rstrip("/")
+        out: dict[str, str] = {}
+        for name in self._list():
+            if name != prefix and not name.startswith(prefix + "/"):
+                continue
+            if name not in self._digests:
+                path = self.root / name
+                if not path.is_file():  # deleted in the working tree, or a dangling link
+                    continue
+                self._digests[name] = sha256_bytes(path.read_bytes())
+            out[name] = self._digests[name]
+        return out
+
+
+def file_component(name: str, tree: SourceTree, prefixes: Iterable[str]) -> Component:
+    files: dict[str, str] = {}
+    for prefix in prefixes:
+        files.update(tree.files_under(prefix))
+    return Component(name, digest_json(files), detail=f"{len(files)} files", files=files)
+
+
+def interpreter() -> dict[str, str]:
+    """The interpreter a session runs with: the one running nox (venvs are made from it)."""
+    return {
+        "implementation": sys.implementation.name,
+        "version": platform.python_version(),
+        "platform": sysconfig.get_platform(),
+    }
+
+
+def installed_versions(locked: Sequence[Locked]) -> dict[str, str]:
+    """The version this interpreter has of each locked third-party distribution."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    for dist in locked:
+        if dist.editable:
+            continue
+        try:
+            out[dist.name] = metadata.version(dist.name)
+        except metadata.PackageNotFoundError:
+            out[dist.name] = "(not installed)"
+    return out
+
+
+def version_drift(locked: Sequence[Locked], installed: Mapping[str, str]) -> list[str]:
+    """Human lines for each distribution whose installed version is not the lock's."""
+    lines = []
+    for dist in locked:
+        have = installed.get(dist.name)
+        if have is not None and have != dist.version:
+            lines.append(f"{dist.name}: locked {dist.version}, installed {have}")
+    return lines
+
+
+@dataclass
+class KeyInputs:
+    """Everything a key needs beyond the target itself, gathered once per nox run."""
+
+    root: Path
+    tree: SourceTree
+    lock: Lock
+    outer_env: Mapping[str, str]
+    hermetic: bool
+    gpu: Mapping[str, object] | None = None
+    _build: Component | None = None
+
+    def build_component(self) -> Component:
+        if self._build is None:
+            self._build = file_component("build", self.tree, [*BUILD_FILES, *BUILD_FOLDERS])
+        return self._build
+
+
+def compute(
+    *,
+    name: str,
+    declaration: Mapping[str, object],
+    package_folders: Mapping[str, Path],
+    lock_slices: Sequence[tuple[str, Sequence[str]]],
+    variables: Iterable[str],
+    set_env: Mapping[str, str],
+    needs_gpu: bool,
+    extra_paths: Sequence[str],
+    arguments: Sequence[str],
+    inputs: KeyInputs,
+) -> Key:
+    """The key of one run of target ``name``.
+
+    ``package_folders`` maps each intra-repo distribution in the environment to its
+    folder; ``lock_slices`` lists (workspace package, groups) whose locked closure the
+    environment holds.
+    """
+    components = [
+        Component("declaration", digest_json(declaration), detail=declaration),
+        inputs.build_component(),
+    ]
+    for dist, folder in sorted(package_folders.items()):
+        rel = folder.resolve().relative_to(inputs.root).as_posix()
+        components.append(file_component(f"sources:{dist}", inputs.tree, [rel]))
+    if extra_paths:
+        components.append(file_component("inputs", inputs.tree, extra_paths))
+
+    locked: dict[tuple[str, str], Locked] = {}
+    for package, groups in lock_slices:
+        for dist in inputs.lock.closure(package, groups):
+            locked[(dist.name, dist.version)] = dist
+    pinned = sorted(locked.values(), key=lambda d: (d.name, d.version))
+    environment: dict[str, object] = {
+        "hermetic": inputs.hermetic,
+        "locked": [d.as_record() for d in pinned if not d.editable],
+    }
+    if not inputs.hermetic:
+        environment["installed"] = installed_versions(pinned)
+    components.append(Component(
+        "environment", digest_json(environment),
+        detail=f"{len(environment['locked'])} locked distributions"
+        + ("" if inputs.hermetic else ", non-hermetic: installed versions included"),
+    ))
+
+    names = sorted({"CI", *variables})
+    values = {n: inputs.outer_env.get(n) for n in names}
+    values.update({f"set_env:{k}": v for k, v in sorted(set_env.items())})
+    components.append(Component("variables", digest_json(values), detail=values))
+    components.append(Component("interpreter", digest_json(interpreter()), detail=interpreter()))
+    if needs_gpu:
+        gpu = {**(inputs.gpu or {}), "hermetic": inputs.hermetic}
+        components.append(Component("gpu", digest_json(gpu), detail=gpu))
+    components.append(Component("arguments", digest_json(list(arguments)), detail=list(arguments)))
+    return Key(target=name, components=tuple(components))
