@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "dsv4_evals.ladder",
     "dsv4_evals.logs",
     "dsv4_evals.buckets",
+    "dsv4_evals.matrix",
 )
 
 

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from _real_server import MODEL_NAME, RealServer, alive
 from dsv4_evals.cli import main
+from dsv4_evals.matrix import load_matrix
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CONTROL = "sm86-tp8-64k-control"  # a shipped envelope; its context dwarfs the prompts here
@@ -178,6 +179,27 @@ def test_logs_reads_the_real_engine_startup_line(real_server, capsys) -> None:
     code = main(["logs", str(real_server.log_path), "--expect", "cg_mode=NONE",
                  "--expect-capture-sizes", ""])
     assert code == 0 and "verdict: OK" in capsys.readouterr().out
+
+
+def test_matrix_on_the_real_server_names_no_winner(real_server, tmp_path, capsys) -> None:
+    """Every variant measured on the same server: the env cannot change anything here,
+    so whatever the medians, no variant may be named the winner."""
+    names = [v.name for v in load_matrix().variants]
+    r = rng("matrix")
+    code = main(["matrix", *(f"--server={n}={real_server.root}" for n in names),
+                 "--repeats", "5", "--prompt-tokens", str(r.randint(32, 200)),
+                 "--max-tokens", str(r.randint(16, 32)), "--json", "--no-progress",
+                 "--out", str(tmp_path / "matrix")])
+    doc = json.loads(capsys.readouterr().out)
+    why = f"seed {SEED}: " + (tmp_path / "matrix" / "matrix.md").read_text()
+    assert code == 0, why
+    assert doc["winner"] is None and doc["verdict"].startswith("no winner"), why
+    by = {v["name"]: v for v in doc["variants"]}
+    assert list(by) == names and by["control"]["verdict"] == "control", why
+    for v in by.values():
+        assert len(v["runs"]) == 5 and min(v["runs"]) > 0 and v["errors"] == [], why
+        assert v["base_url"] == real_server.root, why
+        assert v["verdict"] in ("control", "within spread", "slower"), why
 
 
 TREE = """

@@ -68,6 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="seconds to wait for /health or /v1/models (default 1800)")
     where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
                        help="after --: the model and vllm serve flags for --launch")
+    add_request_arguments(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    out.add_argument("--out", type=Path, metavar="DIR",
+                     help="write ladder.json and ladder.md (and server logs) here")
+    out.add_argument("--no-progress", action="store_true", help="no live progress bars")
+    p.set_defaults(func=run)
+
+
+def add_request_arguments(p: argparse.ArgumentParser) -> None:
+    """The request flags of one decode-rate measurement (shared with ``matrix``)."""
     req = p.add_argument_group("requests")
     req.add_argument("--model", help="model name for requests (default: first of /v1/models)")
     req.add_argument("--api", choices=("completions", "chat"), default="completions")
@@ -89,14 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     req.add_argument("--warmup", type=_non_negative_int, default=1, metavar="N",
                      help="short requests sent before measuring (default 1)")
     req.add_argument("--request-timeout", type=_positive_float, default=3600.0, metavar="S")
-    out = p.add_argument_group("output")
-    out.add_argument("--tolerance", type=_tolerance, default=0.10, metavar="T",
+    req.add_argument("--tolerance", type=_tolerance, default=0.10, metavar="T",
                      help="relative band around the expected rate that passes (default 0.10)")
-    out.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    out.add_argument("--out", type=Path, metavar="DIR",
-                     help="write ladder.json and ladder.md (and server logs) here")
-    out.add_argument("--no-progress", action="store_true", help="no live progress bars")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

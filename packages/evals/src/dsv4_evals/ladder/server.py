@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -53,8 +53,10 @@ class LaunchedServer:
         log_path: Path,
         ready_timeout_s: float,
         stop_grace_s: float = 30.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.argv = list(argv)
+        self.env = dict(env or {})  # added to this process's environment for the server
         self.base_url = base_url.rstrip("/")
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
@@ -87,6 +89,7 @@ class LaunchedServer:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
+                    env={**os.environ, **self.env} if self.env else None,
                     start_new_session=True,  # own process group: stop() reaches workers
                 )
             except OSError as exc:
