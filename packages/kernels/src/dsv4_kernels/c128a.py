@@ -10,17 +10,33 @@ compiled binary: widths, block sizes and batch sizes are run-time values, so
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 
 import torch
-import triton
 
 from dsv4_kernels import _c128a_kernel as _k
+from dsv4_kernels._direct_launch import DirectLauncher
 from dsv4_kernels._validation import FN, check_inputs, check_tile
 
 CompileKey = tuple[int, int, int]
 BASELINE_TILE: CompileKey = (1, 1024, 4)
 """vLLM 0.33.0's launch: one program per token, 1024 lanes, 4 warps, no split."""
+
+
+_LAUNCHER = DirectLauncher(_k.c128a_topk_metadata_kernel,
+                           ("TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM"), pointer_args=7)
+"""Launches the kernel's binaries; after a tile's first launch on a device, directly."""
+
+
+def _launch(device: torch.device, grid0: int, grid1: int, args: tuple, tpp: int, cpp: int,
+            num_warps: int) -> None:
+    _LAUNCHER(device, grid0, grid1, args, (tpp, cpp), num_warps)
+
+
+def direct_launches() -> int:
+    """Launches in this process that skipped Triton's per-call binder (see ``_direct_launch``)."""
+    return _LAUNCHER.direct_launches
 
 
 def interpreting() -> bool:
@@ -57,6 +73,42 @@ def build_c128a_topk_metadata(
     only, so they need ``num_decode_tokens`` entries (longer is fine).
     """
     check_tile(tokens_per_program, cols_per_program, num_warps, split_width)
+    return _build(
+        tokens_per_program, cols_per_program, num_warps, split_width, positions,
+        compress_ratio, num_decode_tokens, token_to_req_indices, block_table, block_size,
+        slot_mapping, global_decode_buffer, decode_lens_buffer, prefill_buffer, width,
+        decode_view_width,
+    )
+
+
+Prepared = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def prepare(tokens_per_program: int, cols_per_program: int, num_warps: int,
+            split_width: bool) -> Prepared:
+    """:func:`build_c128a_topk_metadata` with the tile checked once, here.
+
+    Returns ``f(positions, compress_ratio, num_decode_tokens, token_to_req_indices,
+    block_table, block_size, slot_mapping, global_decode_buffer, decode_lens_buffer,
+    prefill_buffer, width, decode_view_width)``: the same checks of the data arguments,
+    the same launch and views, without re-checking the tile or parsing keywords on every
+    call (a caller that launches one tile per step, like the vLLM plugin, keeps ``f``).
+    Raises ``ValueError`` on an invalid tile.
+    """
+    check_tile(tokens_per_program, cols_per_program, num_warps, split_width)
+    return functools.partial(_build, tokens_per_program, cols_per_program, num_warps,
+                             split_width)
+
+
+def _build(
+    tokens_per_program: int, cols_per_program: int, num_warps: int, split_width: bool,
+    positions: torch.Tensor, compress_ratio: int, num_decode_tokens: int,
+    token_to_req_indices: torch.Tensor, block_table: torch.Tensor, block_size: int,
+    slot_mapping: torch.Tensor, global_decode_buffer: torch.Tensor,
+    decode_lens_buffer: torch.Tensor, prefill_buffer: torch.Tensor, width: int,
+    decode_view_width: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Check the data arguments, take the views, launch: the tile is already checked."""
     checked = check_inputs(
         positions, compress_ratio, num_decode_tokens, token_to_req_indices, block_table,
         block_size, slot_mapping, global_decode_buffer, decode_lens_buffer, prefill_buffer,
@@ -76,25 +128,15 @@ def build_c128a_topk_metadata(
     if num_tokens == 0:
         return views
 
-    col_programs = triton.cdiv(width, cols_per_program) if split_width else 1
-    grid = (triton.cdiv(num_tokens, tokens_per_program), col_programs)
-    kernel = _k.c128a_topk_metadata_kernel[grid]
+    col_programs = -(-width // cols_per_program) if split_width else 1
     launch_args = (
         global_decode_buffer, prefill_buffer, decode_lens_buffer, positions,
         token_to_req_indices, block_table, slot_mapping,
         global_decode_buffer.stride(0), prefill_buffer.stride(0), block_table.stride(0),
         compress_ratio, width, block_size, num_decode, num_tokens,
     )
-    device = checked.device
-    if device.type == "cuda" and device.index is not None and (
-        device.index != torch.cuda.current_device()
-    ):
-        with torch.cuda.device(device):
-            kernel(*launch_args, TOKENS_PER_PROGRAM=tokens_per_program,
-                   COLS_PER_PROGRAM=cols_per_program, num_warps=num_warps)
-    else:
-        kernel(*launch_args, TOKENS_PER_PROGRAM=tokens_per_program,
-               COLS_PER_PROGRAM=cols_per_program, num_warps=num_warps)
+    _launch(checked.device, -(-num_tokens // tokens_per_program), col_programs, launch_args,
+            tokens_per_program, cols_per_program, num_warps)
     return views
 
 
