@@ -66,12 +66,26 @@ def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | No
 
 
 class Decision(NamedTuple):
-    """A table hit for one call shape: the launch and what its warm-up is keyed by."""
+    """A table hit for one call shape: the launch and what its warm-up is keyed by.
+
+    ``build`` is the kernel wrapper with the launch's tile already checked
+    (:func:`dsv4_kernels.c128a.prepare`), so a hit pays only the data-argument checks
+    and the launch.
+    """
 
     launch: Launch
     arch: str
     max_model_len: int
     warm_token: tuple[str, int, str]
+    build: Callable[..., Any]
+    width: int
+    view_width: int
+
+
+@functools.lru_cache(maxsize=256)
+def _prepared(tpp: int, cpp: int, warps: int, split: bool) -> Callable[..., Any]:
+    """One prepared wrapper per tile (a deployment uses a handful)."""
+    return kernels_c128a.prepare(tpp, cpp, warps, split)
 
 
 def _device_token(device: torch.device | str) -> str:
@@ -272,7 +286,15 @@ class C128ADispatch:
             or launch.row_stride != capacity
         ):
             return None
-        return Decision(launch, arch, max_model_len, (arch, max_model_len, _device_token(device)))
+        try:
+            build = _prepared(launch.tokens_per_program, launch.cols_per_program,
+                              launch.num_warps, launch.split_width)
+        except ValueError:
+            logger.warning("dsv4: the kernel refuses the tile of %s; using vLLM's kernel",
+                           launch.source, exc_info=True)
+            return None
+        return Decision(launch, arch, max_model_len, (arch, max_model_len, _device_token(device)),
+                        build, launch.width, launch.decode_view_width)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.enabled:
@@ -282,7 +304,7 @@ class C128ADispatch:
                 decision.warm_token in self._warmed or self._warm_lazily(values[0], decision)
             ):
                 self.hits += 1
-                return self._run_hit(values, decision.launch)  # type: ignore[index]
+                return decision.build(*values[:10], decision.width, decision.view_width)  # type: ignore[index]
         self.misses += 1
         return self.original(*args, **kwargs)
 
@@ -297,15 +319,3 @@ class C128ADispatch:
         if positions.is_cuda and torch.cuda.is_current_stream_capturing():
             return True
         return self.warm_once(decision.arch, decision.max_model_len, positions.device)
-
-    @staticmethod
-    def _run_hit(values: tuple[Any, ...], launch: Launch) -> Any:
-        return kernels_c128a.build_c128a_topk_metadata(
-            *values[:10],
-            width=launch.width,
-            tokens_per_program=launch.tokens_per_program,
-            cols_per_program=launch.cols_per_program,
-            num_warps=launch.num_warps,
-            split_width=launch.split_width,
-            decode_view_width=launch.decode_view_width,
-        )
