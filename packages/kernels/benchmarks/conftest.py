@@ -9,6 +9,12 @@ timed, from the numbers the benchmarks recorded:
   (GPU time): do_bench medians of few-µs launches swing with the host's launch cost
   (seen from 9 to 47 µs for one 2.5 µs launch on one H200 host), so they are
   recorded but never gated on;
+- never-slower gate (``test_never_slower.py``): at least 200 seeded random keys inside
+  this GPU's table entries, each timed against the baseline launch in the same run; every
+  one at ``MIN_RATIO`` or better. The seed is printed, stored with the results, and can
+  be given back with ``--keys-seed`` to repeat a run;
+- long-prefill floor (``test_prefill_floor.py``): every prefill batch with T >= 8192,
+  widths 128 to 8192, within ``FLOOR_LIMIT_PCT`` of (empty launch + write floor);
 - regression gate: no shape's table launch is slower than the stored baseline for
   this GPU model by more than the threshold. Baselines live in
   ``benchmarks/baselines/<gpu>.json`` at the repository root, one file per GPU
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,9 +38,12 @@ import harness
 
 REPO = Path(__file__).resolve().parents[3]
 BASELINES = REPO / "benchmarks" / "baselines"
-MIN_RATIO = 0.97
+MIN_RATIO = harness.MIN_RATIO
 ANCHOR_SPEEDUPS = {"prefill-T32768-ctx32K": 1.6, "decode-T32768-ctx32K": 2.5}
+MIN_KEYS = 200
 RESULTS: dict[str, dict] = {}
+KEYS: dict[str, object] = {}
+FLOOR: dict[str, dict] = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +54,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write this run's medians as the stored baseline for this GPU")
     group.addoption("--results-json", default=None,
                     help="where to write every measured number (default: artifacts dir)")
+    group.addoption("--keys", type=int, default=MIN_KEYS,
+                    help=f"random keys for the never-slower gate (at least {MIN_KEYS})")
+    group.addoption("--keys-seed", type=int, default=None,
+                    help="seed of the random keys (default: from the clock; printed and stored)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    seed = config.getoption("--keys-seed", default=None)
+    config._dsv4_key_seed = int(time.time()) if seed is None else seed  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def key_seed(request: pytest.FixtureRequest) -> int:
+    """The never-slower gate's seed: ``--keys-seed``, or the clock (printed and stored)."""
+    return request.config._dsv4_key_seed  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def key_count(request: pytest.FixtureRequest) -> int:
+    count = request.config.getoption("--keys")
+    if count < MIN_KEYS:
+        raise pytest.UsageError(f"--keys: got {count}; the gate needs at least {MIN_KEYS}")
+    return count
+
+
+@pytest.fixture(scope="session")
+def record_keys():
+    def put(seed: int, rows: list[dict]) -> None:
+        KEYS["seed"] = seed
+        KEYS["rows"] = rows
+
+    return put
+
+
+@pytest.fixture(scope="session")
+def record_floor():
+    def put(name: str, data: dict) -> None:
+        FLOOR[name] = data
+
+    return put
 
 
 @pytest.fixture(scope="session")
@@ -89,6 +140,56 @@ def _driver() -> str | None:
         return None
 
 
+def key_summary() -> dict | None:
+    """min, p5 and median of the random keys' ratios, and the five worst keys."""
+    rows = KEYS.get("rows")
+    if not rows:
+        return None
+    ratios = sorted(r["ratio"] for r in rows)  # type: ignore[union-attr]
+    p5 = ratios[max(0, int(0.05 * (len(ratios) - 1)))]
+    worst = sorted(rows, key=lambda r: r["ratio"])[:5]  # type: ignore[arg-type]
+    return {"seed": KEYS["seed"], "count": len(ratios), "min": ratios[0], "p5": p5,
+            "median": statistics.median(ratios), "worst": worst}
+
+
+def _key_label(row: dict) -> str:
+    k = row["key"]
+    return (f"{row['entry']} decode {k['num_decode_tokens']} prefill "
+            f"{k['num_prefill_tokens']} max_seq_len {k['max_seq_len']} max_model_len "
+            f"{k['max_model_len']}")
+
+
+def key_markdown(summary: dict) -> str:
+    lines = [f"Random keys inside the table's entries: {summary['count']} keys, seed "
+             f"{summary['seed']}; table launch over the baseline launch (GPU time, CUDA-graph "
+             f"replay medians, same run): min **{summary['min']:.3f}x**, p5 "
+             f"{summary['p5']:.3f}x, median {summary['median']:.3f}x.", "",
+             "| worst keys | tile | ratio |", "|---|---|---|"]
+    lines += [f"| {_key_label(r)} | {tuple(r['tile'])} | {r['ratio']:.3f}x |"
+              for r in summary["worst"]]
+    return "\n".join(lines) + "\n"
+
+
+def _floor_cell(r: dict) -> str:
+    base = 100 * r["baseline_us"] / r["ideal_us"]
+    fill = f", fill {100 * r['fill_us'] / r['ideal_us']:.0f}%" if "fill_us" in r else ""
+    return f"{r['pct_of_ideal']:.0f}% ({base:.0f}%{fill})"
+
+
+def floor_markdown() -> str:
+    widths = sorted({r["width"] for r in FLOOR.values()})
+    tokens = sorted({r["tokens"] for r in FLOOR.values()})
+    by = {(r["width"], r["tokens"]): r for r in FLOOR.values()}
+    lines = ["Prefill, % of (empty launch + write floor), GPU time; table launch (in "
+             "brackets: the baseline launch, and torch's fill_ of the same strided view):", "",
+             "| T \\ width | " + " | ".join(str(w) for w in widths) + " |",
+             "|---|" + "---|" * len(widths)]
+    for t in tokens:
+        cells = [_floor_cell(by[w, t]) if (w, t) in by else "" for w in widths]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _gate_failures(threshold: float, stored: dict | None) -> list[str]:
     # ANCHORS.md's speed-ups are targets for a GPU the table has been tuned for. On an
     # arch with no entries every shape falls back to the baseline launch unchanged —
@@ -109,11 +210,21 @@ def _gate_failures(threshold: float, stored: dict | None) -> list[str]:
             if r["table_graph_us"] > allowed:
                 failures.append(f"{name}: {r['table_graph_us']:.2f} µs against the stored "
                                 f"{before:.2f} µs (+{threshold:.0%} allowed)")
+    for row in KEYS.get("rows") or []:  # type: ignore[union-attr]
+        if row["ratio"] < MIN_RATIO:
+            readings = ", ".join(f"{x:.3f}" for x in row["readings"])
+            failures.append(f"random key {_key_label(row)}: table launch {row['ratio']:.3f}x "
+                            f"the baseline (readings {readings}), below {MIN_RATIO} "
+                            f"(seed {KEYS['seed']})")
+    for name, r in FLOOR.items():
+        if r["pct_of_ideal"] > harness.FLOOR_LIMIT_PCT:
+            failures.append(f"{name}: {r['pct_of_ideal']:.0f}% of (empty launch + write floor), "
+                            f"above {harness.FLOOR_LIMIT_PCT:.0f}% ({r['source']})")
     return failures
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if not RESULTS or not torch.cuda.is_available():
+    if not (RESULTS or KEYS or FLOOR) or not torch.cuda.is_available():
         return
     config = session.config
     info = harness.gpu_info(torch.device("cuda"))
@@ -123,8 +234,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     failures = _gate_failures(config.getoption("--regression-threshold"), stored)
     out = config.getoption("--results-json") or os.path.join(
         os.environ.get("DSV4_ARTIFACTS_DIR", str(REPO / "artifacts")), f"bench-{slug}.json")
-    harness.write_json(Path(out), {"machine": info, "shapes": RESULTS, "failures": failures})
-    if config.getoption("--update-baseline"):
+    summary = key_summary()
+    harness.write_json(Path(out), {"machine": info, "shapes": RESULTS, "failures": failures,
+                                   "random_keys": {"seed": KEYS.get("seed"),
+                                                   "summary": summary,
+                                                   "keys": KEYS.get("rows")},
+                                   "prefill_floor": FLOOR})
+    markdown = Path(out).with_suffix(".md")
+    parts = [key_markdown(summary)] if summary else []
+    if FLOOR:
+        parts.append(floor_markdown())
+    if parts:
+        markdown.write_text("\n".join(parts))
+    if config.getoption("--update-baseline") and RESULTS:
         harness.write_json(stored_path, {"machine": info, "shapes": {
             k: {"table_graph_us": v["table_graph_us"], "table_do_bench_us": v["table_do_bench_us"]}
             for k, v in RESULTS.items()}})
@@ -134,9 +256,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if not RESULTS:
+    if not (RESULTS or KEYS or FLOOR):
         return
     tr = terminalreporter
+    summary = key_summary()
+    if KEYS:
+        tr.section("never-slower gate: random keys inside the table's entries")
+        if summary:
+            for line in key_markdown(summary).splitlines():
+                tr.write_line(line)
+        else:
+            tr.write_line(f"no table entries for this GPU (seed {KEYS.get('seed')}): every key "
+                          "keeps the baseline launch")
+    if FLOOR:
+        tr.section("long prefill against the floor")
+        for line in floor_markdown().splitlines():
+            tr.write_line(line)
     tr.section("C128A launches (medians, µs)")
     tr.write_line("GPU time (CUDA-graph replay, per launch) and do_bench (host launch cost "
                   "included)")
@@ -150,7 +285,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       f"  {r['table_source']}")
     failures, stored, out = getattr(config, "_dsv4_gate", ([], None, None))
     tr.write_line(f"results: {out}")
-    if all(r["table_source"] == "baseline" for r in RESULTS.values()):
+    if RESULTS and all(r["table_source"] == "baseline" for r in RESULTS.values()):
         tr.write_line("no table entries for this GPU: every shape used the baseline launch "
                       "unchanged, so ANCHORS.md's speed-up targets do not apply (run "
                       "`nox -s tune` on this GPU to add entries)")

@@ -29,6 +29,10 @@ COMPRESS_RATIO = 128
 BLOCK_SIZE = 2  # compressed units per KV page, as DeepSeek-V4 serves (256 // 128)
 MILLION = 1 << 20
 POISON = -0x2BADBEEF
+MIN_RATIO = 0.97
+"""The gates fail a table launch below this fraction of the baseline's speed."""
+FLOOR_LIMIT_PCT = 150.0
+"""Prefill with T >= 8192 must stay within this % of (empty launch + write floor)."""
 
 
 @dataclass(frozen=True)
@@ -119,13 +123,16 @@ class Inputs:
 
 
 def make_inputs(shape: Shape, device: torch.device, seed: int = 0) -> Inputs:
-    """ANCHORS.md's construction: prefill positions ``arange(ctx - T, ctx)``; each decode
+    """ANCHORS.md's construction: prefill positions ``arange(ctx - T, ctx)`` (wrapped into
+    ``[0, ctx)`` when T > ctx, as several sequences); each decode
     token belongs to one of ``num_reqs`` requests at a random position in
     ``[ctx/2, ctx)``; block tables are random permutations of physical pages."""
     gen = torch.Generator().manual_seed(seed)
     ctx, cap = shape.context, shape.capacity
     dec = torch.randint(ctx // 2, ctx, (shape.num_decode,), generator=gen)
     pre = torch.arange(ctx - shape.num_prefill, ctx)
+    if shape.num_prefill > ctx:  # more prefill tokens than one sequence holds: several
+        pre = torch.remainder(pre, ctx)
     positions = torch.cat([dec, pre]).to(torch.int64)
     reqs = torch.randint(0, shape.num_reqs, (shape.num_tokens,), generator=gen)
     pages = -(-cap // BLOCK_SIZE)
@@ -322,3 +329,104 @@ def _jsonable(value: object) -> object:
     if dataclasses.is_dataclass(value):
         return dataclasses.asdict(value)  # type: ignore[arg-type]
     raise TypeError(f"not JSON-serialisable: {value!r}")
+
+
+# ----------------------------------------------------------------------------- probes
+MAX_PROBE_TOKENS = 65536
+"""The largest token count a tuned entry covers: probes time every corner, and a 1M-token
+batch at width 8192 would take minutes to probe. Larger batches keep the baseline."""
+MAX_PROBE_MODEL_LEN = MILLION
+CORNER_FIELDS = ("max_seq_len", "num_decode_tokens", "num_prefill_tokens")
+
+
+def seq_len_class(width: int) -> tuple[int, int]:
+    """Every max_seq_len whose upstream width is ``width`` (before the capacity clamp)."""
+    low = 0 if width == 128 else (width // 2 + 1) * COMPRESS_RATIO
+    return low, (width + 1) * COMPRESS_RATIO - 1
+
+
+def c128a_box(match: dict) -> dict[str, tuple[int, int]]:
+    """A table entry's match as a probe box over the fields that move the kernel's cost.
+
+    Unbounded token ranges are cut at ``MAX_PROBE_TOKENS``; ``max_model_len`` runs from
+    the largest ``max_seq_len`` of the box (a deployment serves its longest sequence)
+    to 1M, and sits at 1M (capacity 8192, the widest row stride) on the corners.
+    """
+    box: dict[str, tuple[int, int]] = {}
+    for name in CORNER_FIELDS:
+        cond = match.get(name)
+        if cond is None:
+            lo, hi = 0, None
+        elif isinstance(cond, policy.Range):
+            lo, hi = cond.min, cond.max
+        else:
+            lo, hi = min(cond), max(cond)
+        cap = MAX_PROBE_TOKENS if name != "max_seq_len" else MILLION + COMPRESS_RATIO
+        box[name] = (lo, cap if hi is None else min(hi, max(cap, lo)))
+    msl_hi = box["max_seq_len"][1]
+    box["max_model_len"] = (max(msl_hi, 1), max(msl_hi, MAX_PROBE_MODEL_LEN))
+    return box
+
+
+def mixed_extremes(box: dict[str, tuple[int, int]]) -> list[dict[str, int]]:
+    """A mixed batch's extreme mixes: 1 decode + the most prefill, the most decode + 1
+    prefill, and an equal split (each clamped into the box by the caller)."""
+    d_lo, d_hi = box["num_decode_tokens"]
+    p_lo, p_hi = box["num_prefill_tokens"]
+    if d_hi == 0 or p_hi == 0:
+        return []
+    half = max(d_lo, p_lo, min(d_hi, p_hi) // 2)
+    return [{"num_decode_tokens": 1, "num_prefill_tokens": p_hi},
+            {"num_decode_tokens": d_hi, "num_prefill_tokens": 1},
+            {"num_decode_tokens": half, "num_prefill_tokens": half}]
+
+
+def shape_of(point: dict[str, int], name: str = "") -> Shape:
+    """The benchmark batch for a probe point (context = its max_seq_len)."""
+    d, p = point["num_decode_tokens"], point["num_prefill_tokens"]
+    model_len = point.get("max_model_len", MILLION)
+    label = name or f"d{d}-p{p}-s{point['max_seq_len']}-m{model_len}"
+    return Shape(label, d, p, max(point["max_seq_len"], 1), max_model_len=model_len,
+                 num_reqs=max(1, min(64, d)))
+
+
+class Timer:
+    """GPU µs of one launch at a probe point, with the point's inputs built once.
+
+    Graph replay medians, with the number of launches per graph scaled so that one
+    replay takes about ``target_us`` (short launches need many for a stable reading).
+    """
+
+    def __init__(self, device: torch.device, seed: int = 0, target_us: float = 400.0,
+                 reps: int = 5) -> None:
+        self.device, self.seed, self.target_us, self.reps = device, seed, target_us, reps
+        self._inputs: dict[tuple, tuple[Shape, Inputs]] = {}
+        self._est: dict[tuple, float] = {}
+        self.measurements = 0
+
+    def inputs(self, point: dict[str, int]) -> tuple[Shape, Inputs]:
+        key = tuple(point.items())
+        if key not in self._inputs:
+            shape = shape_of(point)
+            self._inputs[key] = (shape, make_inputs(shape, self.device, seed=self.seed))
+        return self._inputs[key]
+
+    def width(self, point: dict[str, int]) -> int:
+        return policy.active_width(shape_of(point).key("sm90"))
+
+    def __call__(self, point: dict[str, int], tile: tuple) -> float:
+        _, inputs = self.inputs(point)
+        spec = LaunchSpec("probe", self.width(point), *tile, source="probe")
+        key = tuple(point.items())
+        est = self._est.get(key)
+        n = 10 if est is None else max(2, min(40, int(self.target_us / max(est, 0.5))))
+        us = graph_us(runner(inputs, spec), launches_per_graph=n, reps=self.reps)
+        self._est.setdefault(key, us)
+        self.measurements += 1
+        return us
+
+    def forget(self) -> None:
+        """Free the inputs of every point (call between boxes)."""
+        self._inputs.clear()
+        self._est.clear()
+        torch.cuda.empty_cache()
