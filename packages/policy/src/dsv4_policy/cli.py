@@ -20,9 +20,9 @@ from dataclasses import asdict, fields
 
 from dsv4_policy import __version__, serve
 from dsv4_policy.detect import load_any
-from dsv4_policy.launch_table import KernelSpec
+from dsv4_policy.launch_table import KernelSpec, provenance_problems
 from dsv4_policy.registry import KERNELS
-from dsv4_policy.table import Table, TableError
+from dsv4_policy.table import Problem, Table, TableError, entry_label
 from dsv4_policy.text import aligned
 
 
@@ -211,6 +211,15 @@ def _cmd_serve(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return 1 if manifest.violations else 0
 
 
+def _evidence_problems(path: str, kind: str, table: Table[object]) -> list[Problem]:
+    """A kernel table's entries must carry their measurements (``probes``, ``worst_speedup``)."""
+    if kind not in KERNELS:
+        return []
+    return [Problem(str(path), message, (entry_label(i, e.id),), name)
+            for i, e in enumerate(table.entries, 1)
+            for name, message in provenance_problems(e)]
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
@@ -220,6 +229,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
             failed += 1
             print(f"FAIL {path}: {len(exc.problems)} problem(s)")
             for problem in exc.problems:
+                print(f"  {problem}")
+            continue
+        problems = _evidence_problems(path, kind, table)
+        if problems:
+            failed += 1
+            print(f"FAIL {path}: {len(problems)} problem(s)")
+            for problem in problems:
                 print(f"  {problem}")
             continue
         print(f"ok   {path}: {kind} table, {len(table)} entries")

@@ -106,6 +106,44 @@ def entry_problems(entry: Entry[Any], int_fields: tuple[KeyField, ...]) -> list[
     return []
 
 
+MIN_WORST_SPEEDUP = 1.0
+"""``dsv4-policy check`` refuses an entry whose measured worst ratio is below this."""
+
+
+def provenance_problems(entry: Entry[Any]) -> list[tuple[str, str]]:
+    """``(field, message)`` for every way an entry's evidence falls short.
+
+    Every kernel entry must say how it was measured: ``probes``, the number of keys of
+    its box that were timed against the baseline launch (a positive integer), and
+    ``worst_speedup``, the smallest baseline/tile ratio among them, written like
+    ``"1.04x"`` and at least ``MIN_WORST_SPEEDUP``. ``dsv4-policy check`` runs this for
+    every registered kernel's table; loading does not, so that hand-made tables in tests
+    and tools still load.
+    """
+    found = []
+    probes = entry.provenance.get("probes")
+    if type(probes) is not int or probes < 1:
+        found.append(("provenance.probes",
+                      f"expected the number of keys timed against the baseline (a positive "
+                      f"integer); got {what(probes)}"))
+    worst = entry.provenance.get("worst_speedup")
+    ratio = None
+    if isinstance(worst, str) and worst.endswith("x"):
+        try:
+            ratio = float(worst[:-1])
+        except ValueError:
+            ratio = None
+    if ratio is None or ratio != ratio:
+        found.append(("provenance.worst_speedup",
+                      f"expected the worst measured ratio over the baseline, like \"1.04x\"; "
+                      f"got {what(worst)}"))
+    elif ratio < MIN_WORST_SPEEDUP:
+        found.append(("provenance.worst_speedup",
+                      f"{worst} is below {MIN_WORST_SPEEDUP}x: the entry is slower than the "
+                      "baseline launch at some key of its box; drop it or re-tune"))
+    return found
+
+
 # --------------------------------------------------------------------------- the index
 class Split:
     """An inner node of the hot-path index: boxes sorted into intervals of one field.
