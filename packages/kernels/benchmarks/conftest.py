@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import gate_report
 import harness
 
 REPO = Path(__file__).resolve().parents[3]
@@ -141,53 +141,13 @@ def _driver() -> str | None:
 
 
 def key_summary() -> dict | None:
-    """min, p5 and median of the random keys' ratios, and the five worst keys."""
+    """The random keys' distribution (see ``gate_report.key_summary``), or None."""
     rows = KEYS.get("rows")
-    if not rows:
-        return None
-    ratios = sorted(r["ratio"] for r in rows)  # type: ignore[union-attr]
-    p5 = ratios[max(0, int(0.05 * (len(ratios) - 1)))]
-    worst = sorted(rows, key=lambda r: r["ratio"])[:5]  # type: ignore[arg-type]
-    return {"seed": KEYS["seed"], "count": len(ratios), "min": ratios[0], "p5": p5,
-            "median": statistics.median(ratios), "worst": worst}
-
-
-def _key_label(row: dict) -> str:
-    k = row["key"]
-    return (f"{row['entry']} decode {k['num_decode_tokens']} prefill "
-            f"{k['num_prefill_tokens']} max_seq_len {k['max_seq_len']} max_model_len "
-            f"{k['max_model_len']}")
-
-
-def key_markdown(summary: dict) -> str:
-    lines = [f"Random keys inside the table's entries: {summary['count']} keys, seed "
-             f"{summary['seed']}; table launch over the baseline launch (GPU time, CUDA-graph "
-             f"replay medians, same run): min **{summary['min']:.3f}x**, p5 "
-             f"{summary['p5']:.3f}x, median {summary['median']:.3f}x.", "",
-             "| worst keys | tile | ratio |", "|---|---|---|"]
-    lines += [f"| {_key_label(r)} | {tuple(r['tile'])} | {r['ratio']:.3f}x |"
-              for r in summary["worst"]]
-    return "\n".join(lines) + "\n"
-
-
-def _floor_cell(r: dict) -> str:
-    base = 100 * r["baseline_us"] / r["ideal_us"]
-    fill = f", fill {100 * r['fill_us'] / r['ideal_us']:.0f}%" if "fill_us" in r else ""
-    return f"{r['pct_of_ideal']:.0f}% ({base:.0f}%{fill})"
+    return gate_report.key_summary(rows, KEYS["seed"]) if rows else None  # type: ignore[arg-type]
 
 
 def floor_markdown() -> str:
-    widths = sorted({r["width"] for r in FLOOR.values()})
-    tokens = sorted({r["tokens"] for r in FLOOR.values()})
-    by = {(r["width"], r["tokens"]): r for r in FLOOR.values()}
-    lines = ["Prefill, % of (empty launch + write floor), GPU time; table launch (in "
-             "brackets: the baseline launch, and torch's fill_ of the same strided view):", "",
-             "| T \\ width | " + " | ".join(str(w) for w in widths) + " |",
-             "|---|" + "---|" * len(widths)]
-    for t in tokens:
-        cells = [_floor_cell(by[w, t]) if (w, t) in by else "" for w in widths]
-        lines.append(f"| {t} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return gate_report.floor_markdown(FLOOR)
 
 
 def _gate_failures(threshold: float, stored: dict | None) -> list[str]:
@@ -213,9 +173,9 @@ def _gate_failures(threshold: float, stored: dict | None) -> list[str]:
     for row in KEYS.get("rows") or []:  # type: ignore[union-attr]
         if row["ratio"] < MIN_RATIO:
             readings = ", ".join(f"{x:.3f}" for x in row["readings"])
-            failures.append(f"random key {_key_label(row)}: table launch {row['ratio']:.3f}x "
-                            f"the baseline (readings {readings}), below {MIN_RATIO} "
-                            f"(seed {KEYS['seed']})")
+            failures.append(f"random key {gate_report.key_label(row)}: table launch "
+                            f"{row['ratio']:.3f}x the baseline (readings {readings}), "
+                            f"below {MIN_RATIO} (seed {KEYS['seed']})")
     for name, r in FLOOR.items():
         if r["pct_of_ideal"] > harness.FLOOR_LIMIT_PCT:
             failures.append(f"{name}: {r['pct_of_ideal']:.0f}% of (empty launch + write floor), "
@@ -241,7 +201,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                                                    "keys": KEYS.get("rows")},
                                    "prefill_floor": FLOOR})
     markdown = Path(out).with_suffix(".md")
-    parts = [key_markdown(summary)] if summary else []
+    parts = [gate_report.key_markdown(summary)] if summary else []
     if FLOOR:
         parts.append(floor_markdown())
     if parts:
@@ -263,7 +223,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if KEYS:
         tr.section("never-slower gate: random keys inside the table's entries")
         if summary:
-            for line in key_markdown(summary).splitlines():
+            for line in gate_report.key_markdown(summary).splitlines():
                 tr.write_line(line)
         else:
             tr.write_line(f"no table entries for this GPU (seed {KEYS.get('seed')}): every key "

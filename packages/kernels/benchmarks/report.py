@@ -237,6 +237,30 @@ def gpu_markdown(machine: dict, rows: list[dict], warm: dict) -> str:
     return head + table + warm_line
 
 
+def bench_gates_markdown(slug: str) -> str:
+    """The never-slower and long-prefill results of the last ``nox -s bench`` on this GPU
+    model (``bench-<gpu>.json`` in the artifacts folder), or a line saying there is none."""
+    import gate_report
+
+    path = Path(os.environ.get("DSV4_ARTIFACTS_DIR", REPO / "artifacts")) / f"bench-{slug}.json"
+    if not path.exists():
+        return (f"\n## Bench gates\n\nNo bench results at {path}: run `nox -s bench` first "
+                "for the random-key distribution and the long-prefill floor table.\n")
+    data = json.loads(path.read_text())
+    parts = [f"\n## Bench gates (from {path.name})\n"]
+    keys = (data.get("random_keys") or {}).get("keys")
+    if keys:
+        parts.append(gate_report.key_markdown(
+            gate_report.key_summary(keys, data["random_keys"]["seed"])))
+    if data.get("prefill_floor"):
+        parts.append(gate_report.floor_markdown(data["prefill_floor"]))
+    failures = data.get("failures") or []
+    listed = "\n".join(f"- {f}" for f in failures)
+    parts.append("Gates: all passed." if not failures
+                 else f"Gates: {len(failures)} failed:\n\n{listed}")
+    return "\n".join(parts) + "\n"
+
+
 def cpu_markdown(check: list[dict], launches: list[dict], manifests: list[dict]) -> str:
     parts = ["# C128A launch report (no GPU)\n",
              "**Timings need a GPU**: no CUDA device is visible here, so this report "
@@ -286,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         machine, rows = measure(shapes, device, str(arch))
         warm = warmup_cost(str(arch))
         data = {"machine": machine, "rows": rows, "warmup": warm}
-        (args.out / "report.md").write_text(gpu_markdown(machine, rows, warm))
+        gates = bench_gates_markdown(harness.gpu_slug(str(machine["gpu"])))
+        (args.out / "report.md").write_text(gpu_markdown(machine, rows, warm) + gates)
         plot(rows, args.out / "c128a.png", f"C128A top-k metadata on {machine['gpu']}")
         bad = [r["shape"] for r in rows if not r["identical"]]
     else:

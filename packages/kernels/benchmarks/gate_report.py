@@ -1,0 +1,62 @@
+"""The never-slower and long-prefill results as numbers and markdown, from plain dicts.
+
+Shared by the bench session (``conftest.py``), which measures and gates, and the report
+(``report.py``), which shows the last bench run's results; pure Python, so it is tested
+on the CPU.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+
+def key_summary(rows: Sequence[Mapping], seed: int) -> dict:
+    """min, p5 and median of the random keys' ratios, and the five worst keys."""
+    if not rows:
+        raise ValueError("key_summary: no keys")
+    ratios = sorted(r["ratio"] for r in rows)
+    p5 = ratios[int(0.05 * (len(ratios) - 1))]
+    worst = sorted(rows, key=lambda r: r["ratio"])[:5]
+    return {"seed": seed, "count": len(ratios), "min": ratios[0], "p5": p5,
+            "median": statistics.median(ratios), "worst": worst}
+
+
+def key_label(row: Mapping) -> str:
+    k = row["key"]
+    return (f"{row['entry']} decode {k['num_decode_tokens']} prefill "
+            f"{k['num_prefill_tokens']} max_seq_len {k['max_seq_len']} max_model_len "
+            f"{k['max_model_len']}")
+
+
+def key_markdown(summary: Mapping) -> str:
+    """The distribution line and the five worst keys, as markdown."""
+    lines = [f"Random keys inside the table's entries: {summary['count']} keys, seed "
+             f"{summary['seed']}; table launch over the baseline launch (GPU time, CUDA-graph "
+             f"replay medians, same run): min **{summary['min']:.3f}x**, p5 "
+             f"{summary['p5']:.3f}x, median {summary['median']:.3f}x.", "",
+             "| worst keys | tile | ratio |", "|---|---|---|"]
+    lines += [f"| {key_label(r)} | {tuple(r['tile'])} | {r['ratio']:.3f}x |"
+              for r in summary["worst"]]
+    return "\n".join(lines) + "\n"
+
+
+def _floor_cell(r: Mapping) -> str:
+    base = 100 * r["baseline_us"] / r["ideal_us"]
+    fill = f", fill {100 * r['fill_us'] / r['ideal_us']:.0f}%" if "fill_us" in r else ""
+    return f"{r['pct_of_ideal']:.0f}% ({base:.0f}%{fill})"
+
+
+def floor_markdown(floor: Mapping[str, Mapping]) -> str:
+    """The long-prefill table: % of (empty launch + write floor), one row per T."""
+    widths = sorted({r["width"] for r in floor.values()})
+    tokens = sorted({r["tokens"] for r in floor.values()})
+    by = {(r["width"], r["tokens"]): r for r in floor.values()}
+    lines = ["Prefill, % of (empty launch + write floor), GPU time; table launch (in "
+             "brackets: the baseline launch, and torch's fill_ of the same strided view):", "",
+             "| T \\ width | " + " | ".join(str(w) for w in widths) + " |",
+             "|---|" + "---|" * len(widths)]
+    for t in tokens:
+        cells = [_floor_cell(by[w, t]) if (w, t) in by else "" for w in widths]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

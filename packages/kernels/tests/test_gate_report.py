@@ -1,0 +1,53 @@
+"""The bench gates' summaries (``benchmarks/gate_report.py``) from recorded results.
+
+Uses the numbers of a real bench run's shape (made up here, seeded), so the min, p5,
+median and worst-five keys and the floor table can be checked against a direct
+computation.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gate_report
+
+
+def _rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"entry": f"sm90-e{i % 7}", "tile": [1, 512, 4, True], "ratio": rng.uniform(0.9, 3),
+             "key": {"num_decode_tokens": rng.randint(0, 99), "num_prefill_tokens": i,
+                     "max_seq_len": 1000 + i, "max_model_len": 1 << 20}} for i in range(n)]
+
+
+def test_key_summary_matches_a_direct_computation() -> None:
+    rows = _rows(200, 3)
+    got = gate_report.key_summary(rows, seed=77)
+    ratios = sorted(r["ratio"] for r in rows)
+    assert got["seed"] == 77 and got["count"] == 200
+    assert got["min"] == ratios[0] and got["p5"] == ratios[9]
+    assert got["median"] == statistics.median(ratios)
+    assert [r["ratio"] for r in got["worst"]] == ratios[:5]
+    text = gate_report.key_markdown(got)
+    assert "seed 77" in text and f"min **{ratios[0]:.3f}x**" in text
+    assert text.count("| sm90-e") == 5
+
+
+def test_key_summary_refuses_no_keys() -> None:
+    with pytest.raises(ValueError, match="no keys"):
+        gate_report.key_summary([], seed=1)
+
+
+def test_floor_table_has_one_cell_per_shape() -> None:
+    floor = {f"prefill-T{t}-w{w}": {"width": w, "tokens": t, "pct_of_ideal": 100 + w / 128 + t / 8192,
+                                    "baseline_us": 2.0, "ideal_us": 1.0, "fill_us": 3.0}
+             for w in (128, 8192) for t in (8192, 65536)}
+    text = gate_report.floor_markdown(floor)
+    assert "| T \\ width | 128 | 8192 |" in text
+    assert "| 8192 | 102% (200%, fill 300%) | 165% (200%, fill 300%) |" in text
+    assert "| 65536 | 109% (200%, fill 300%) | 172% (200%, fill 300%) |" in text
