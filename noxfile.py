@@ -162,7 +162,9 @@ def _aux_environments(session: nox.Session, target: target_graph.Target) -> dict
 
 def _run_target(session: nox.Session, target: target_graph.Target, extra: list[str]) -> None:
     offline = _offline(session)
-    session_dir = Path(session.create_tmp()).parent if not offline else ARTIFACTS / session.name
+    session_dir = (
+        Path(session.create_tmp()).resolve().parent if not offline else ARTIFACTS / session.name
+    )
     set_env = {**target.set_env, **_aux_environments(session, target)}
     env = hermetic_env(
         outer=os.environ,
@@ -193,16 +195,19 @@ def _run_target(session: nox.Session, target: target_graph.Target, extra: list[s
 # --------------------------------------------------------------------------- the result cache
 _LOCK: list[Lock] = []
 _TREE: list[cache_key.SourceTree] = []
+_CACHE: list[ResultCache] = []
 
 
 def _cache(session: nox.Session) -> ResultCache:
-    try:
-        return ResultCache.from_environment(
-            os.environ, resolve_output=_resolve_output, warn=session.warn
-        )
-    except CacheError as exc:
-        session.error(str(exc))
-        raise
+    """One cache per nox run, so that a remote that failed is warned about once."""
+    if not _CACHE:
+        try:
+            _CACHE.append(ResultCache.from_environment(
+                os.environ, resolve_output=_resolve_output, warn=session.warn
+            ))
+        except CacheError as exc:
+            session.error(str(exc))
+    return _CACHE[0]
 
 
 def _resolve_output(logical: str) -> Path:
@@ -316,25 +321,29 @@ def _full_fingerprint(session: nox.Session, chosen: list[target_graph.Target]) -
         session.error(f"no CUDA device visible: {data['error']}")
     data["hermetic"] = not _offline(session)
     if _offline(session):
-        data["version_drift"] = _drift(session, chosen)
+        data["versions"], data["version_drift"] = _drift(session, chosen)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / f"{session.name}-fingerprint.json").write_text(json.dumps(data, indent=2) + "\n")
     session.log(f"GPU fingerprint: {json.dumps(data)}")
     return data
 
 
-def _drift(session: nox.Session, chosen: list[target_graph.Target]) -> list[str]:
-    """Under --no-venv: each installed version that is not the lock's, printed."""
+def _drift(session: nox.Session, chosen: list[target_graph.Target]) -> tuple[dict, list[str]]:
+    """Under --no-venv: every installed version beside the lock's; the differences are
+    printed."""
     lock = _key_inputs(session, None).lock
     locked = {d.name: d for t in chosen for d in lock.closure(t.package.dist, t.groups)}
     pinned = sorted(locked.values(), key=lambda d: d.name)
-    lines = cache_key.version_drift(pinned, cache_key.installed_versions(pinned))
+    installed = cache_key.installed_versions(pinned)
+    lines = cache_key.version_drift(pinned, installed)
     if lines:
         session.warn(
             "non-hermetic run (--no-venv): the interpreter's packages differ from uv.lock; "
             "results are cached under their own key:\n  " + "\n  ".join(lines)
         )
-    return lines
+    versions = {d.name: {"locked": d.version, "installed": installed[d.name]}
+                for d in pinned if d.name in installed}
+    return versions, lines
 
 
 def _gpu_pytest_args(identity: dict | None, target: target_graph.Target) -> list[str]:
@@ -456,7 +465,7 @@ def meta(session: nox.Session) -> None:
         _sync(session, build_units.WORKSPACE, ("meta",), exact=False)
         env = hermetic_env(
             outer=os.environ,
-            session_dir=Path(session.create_tmp()).parent / "meta",
+            session_dir=Path(session.create_tmp()).resolve().parent / "meta",
             bin_dir=str(Path(_python(session)).parent),
             allow=(),
             set_env={},

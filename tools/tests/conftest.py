@@ -101,7 +101,10 @@ def dav_server(tmp_path: Path):
 
 MINI_PACKAGES = {
     "alpha": ("mini-alpha", [], "def value():\n    return 41\n",
-              "from mini_alpha import value\n\n\ndef test_value():\n    assert value() + 1 == 42\n"),
+              "import os\nimport signal\n\nfrom mini_alpha import value\n\n\n"
+              "def test_value():\n    assert value() + 1 == 42\n"
+              "    if os.environ.get('MINI_KILL'):  # stop the cache server mid-run\n"
+              "        os.kill(int(os.environ['MINI_KILL']), signal.SIGTERM)\n"),
     "beta": ("mini-beta", ["mini-alpha"], "from mini_alpha import value\n\n\ndef double():\n"
              "    return 2 * value()\n",
              "import os\n\nfrom mini_beta import double\n\n\ndef test_double():\n"
@@ -110,7 +113,7 @@ MINI_PACKAGES = {
 
 
 def _mini_pyproject(dist: str, deps: list[str], name: str) -> str:
-    env = '\nenv = ["MINI_FLAVOUR"]' if name == "beta" else ""
+    env = '\nenv = ["MINI_FLAVOUR"]' if name == "beta" else '\nenv = ["MINI_KILL"]'
     deps_line = ", ".join(f'"{d}"' for d in deps)
     return (
         f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndependencies = [{deps_line}]\n'

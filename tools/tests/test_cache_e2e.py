@@ -62,6 +62,35 @@ def test_two_clones_share_a_remote_cache(mini_repo: Path, tmp_path: Path, dav_se
     assert len(dav_server.requests("PUT")) == puts_before  # readers never write
 
 
+def test_a_server_killed_mid_run_warns_and_the_run_passes(
+    mini_repo: Path, tmp_path: Path, dav_server
+) -> None:
+    # alpha's own test stops the server; alpha's upload and beta's lookup then fail.
+    env = _env(tmp_path, "a", DSV4_REMOTE_CACHE=dav_server.url, DSV4_REMOTE_CACHE_UPLOAD="1",
+               MINI_KILL=str(dav_server.process.pid))
+    result = run_nox(mini_repo, "-s", "alpha", "beta", env=env)
+    assert _outcome(result) == {"alpha": "ran", "beta": "ran"}
+    dav_server.process.wait(timeout=10)
+    text = result.stdout + result.stderr
+    assert text.count("remote cache") == 1 and "running locally" in text
+
+
+def test_the_token_stays_secret_end_to_end(mini_repo: Path, tmp_path: Path, dav_server) -> None:
+    token = "tok-" + "9f8e7d6c" * 4
+    env = _env(tmp_path, "a", DSV4_REMOTE_CACHE=dav_server.url, DSV4_REMOTE_CACHE_UPLOAD="1",
+               DSV4_REMOTE_CACHE_TOKEN=token)
+    runs = [run_nox(mini_repo, "-s", "alpha", "beta", env=env)]
+    runs.append(run_nox(mini_repo, "-s", "cache", "--", "stats", env=env))
+    runs.append(run_nox(mini_repo, "-s", "cache", "--", "explain", "beta", "--json", env=env))
+    dav_server.stop()
+    runs.append(run_nox(mini_repo, "-s", "alpha", env={**env, "DSV4_CACHE": "refresh"}))
+    assert "remote cache" in runs[-1].stderr  # the dead server was reported
+    texts = [r.stdout + r.stderr for r in runs]
+    texts += [p.read_bytes().decode(errors="replace") for p in tmp_path.rglob("*")
+              if p.is_file() and ".git" not in p.parts]
+    assert not [t for t in texts if token in t]
+
+
 def test_changes_rerun_exactly_what_they_should(mini_repo: Path, tmp_path: Path) -> None:
     env = _env(tmp_path, "a")
     both = ("-s", "alpha", "beta")
