@@ -457,3 +457,38 @@ def test_the_shipped_serve_table_feeds_the_ladder():
         assert e.seqs >= 1 and e.context > 0 and e.id
     rated = [e for e in table if e.expected_tok_s]
     assert {round(e.expected_tok_s, 1) for e in rated} >= {59.6, 81.3, 104.5, 120.1}
+
+
+@given(st.integers(3, 80), st.floats(0.5, 0.99), st.integers(0, 2**32 - 1))
+@settings(max_examples=60)
+def test_bunched_streams_are_flagged_steady_ones_are_not(n, burst_share, seed):
+    """A real CPU server starved of CPU hands over most chunks in one read: their
+    stamps are microseconds apart. More than half such gaps flags the stream."""
+    rng = random.Random(seed)
+    gaps = n - 1
+    bursts = max(gaps // 2 + 1, min(gaps, round(gaps * burst_share)))
+    kinds = [True] * bursts + [False] * (gaps - bursts)
+    rng.shuffle(kinds)
+    t, times = 1.0, [1.0]
+    for in_burst in kinds:
+        t += rng.uniform(1e-6, 4e-4) if in_burst else rng.uniform(0.002, 0.05)
+        times.append(t)
+    bunched = sequence_rate(StreamRecord(index=0, t_sent=0.5, chunk_times=times))
+    assert bunched.burst_gaps == bursts and bunched.bunched
+    steady = [1.0]
+    for _ in range(gaps):
+        steady.append(steady[-1] + rng.uniform(0.0006, 0.05))
+    calm = sequence_rate(StreamRecord(index=1, t_sent=0.5, chunk_times=steady))
+    assert calm.burst_gaps == 0 and not calm.bunched
+
+
+def test_a_bunched_sequence_is_a_warning_in_the_report():
+    from dsv4_evals.ladder.run import EnvelopeResult
+
+    result = EnvelopeResult("e", "sm86", 8, 8192, 1, None)
+    times = [1.0, 1.2, *(1.2 + 1e-5 * i for i in range(1, 40))]  # 1 real gap, 39 burst gaps
+    result.sequences = [sequence_rate(StreamRecord(index=0, t_sent=0.9, chunk_times=times))]
+    (warning,) = result.warnings
+    assert warning.startswith("sequence 0: 39 of 40 chunk gaps under 0.5 ms")
+    doc = result.to_json()
+    assert doc["warnings"] == [warning] and doc["sequences"][0]["bunched"] is True

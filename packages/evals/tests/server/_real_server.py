@@ -231,6 +231,8 @@ class RealServer:
 def main() -> None:
     """Start a server by hand (for trying the harnesses): ``python _real_server.py DIR``."""
     out = Path(sys.argv[1])
+    # SIGTERM (and SIGINT, which a background job ignores) end the loop below cleanly.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     python = aux_python()
     seed = int.from_bytes(os.urandom(2), "big")
     make_model(python, out / "model", seed)

@@ -24,12 +24,22 @@ Definitions (all times from one monotonic clock on the client):
   than two chunks inside it) the aggregate falls back to the *span*: all decode tokens
   / (``max c_n - min c_1``), and the result says so (``window_kind = "span"``); a longer
   ``--max-tokens`` restores the overlap.
+* *bunched* stream: chunk times only time decode steps when each chunk is read as it
+  is sent. A server whose API process is starved of CPU (or a client that is) hands
+  over many chunks at once; they are then stamped microseconds apart and ``c_n - c_1``
+  no longer spans the decode. A decode gap shorter than ``BURST_S`` (0.5 ms, i.e. more
+  than 2,000 tok/s for one sequence) is counted as a burst gap; a stream with more
+  than half of its gaps in bursts is *bunched*, and the ladder says so next to its
+  rate instead of presenting that rate as a decode rate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
+
+BURST_S = 0.0005  # chunks closer than this arrived in one read, not one decode step apart
 
 
 @dataclass
@@ -68,6 +78,12 @@ class SequenceRate:
     chunks: int
     token_source: str  # "usage" or "chunks"
     finish_reason: str | None
+    burst_gaps: int = 0  # decode gaps shorter than BURST_S
+
+    @property
+    def bunched(self) -> bool:
+        """More than half of the decode gaps are read bursts (see the module docstring)."""
+        return self.chunks >= 2 and 2 * self.burst_gaps > self.chunks - 1
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,7 @@ def sequence_rate(rec: StreamRecord) -> SequenceRate:
         chunks=rec.chunks,
         token_source="usage" if rec.usage_tokens is not None else "chunks",
         finish_reason=rec.finish_reason,
+        burst_gaps=sum(1 for a, b in pairwise(rec.chunk_times) if b - a < BURST_S),
     )
 
 

@@ -72,6 +72,8 @@ def print_table(report: LadderReport, console: Console) -> None:
     for r in report.results:
         for err in r.errors:
             console.print(f"{r.id}: {err}", markup=False, highlight=False)
+        for warning in r.warnings:
+            console.print(f"{r.id}: warning: {warning}", markup=False, highlight=False)
     console.print("verdict: " + ("OK" if report.ok else "FAIL (below tolerance or error)"))
 
 
@@ -93,6 +95,9 @@ def markdown(report: LadderReport) -> str:
     errors = [f"- {r.id}: {e}" for r in report.results for e in r.errors]
     if errors:
         lines += ["## Errors", "", *errors, ""]
+    warnings = [f"- {r.id}: {w}" for r in report.results for w in r.warnings]
+    if warnings:
+        lines += ["## Warnings", "", *warnings, ""]
     lines.append("Verdict: " + ("OK" if report.ok else "FAIL"))
     return "\n".join(lines) + "\n"
 

@@ -28,6 +28,7 @@ from dsv4_evals.ladder.client import (
 )
 from dsv4_evals.ladder.envelopes import EnvelopeLike, verdict
 from dsv4_evals.ladder.measure import (
+    BURST_S,
     AggregateRate,
     SequenceRate,
     StreamRecord,
@@ -112,6 +113,16 @@ class EnvelopeResult:
     def aggregate_tok_s(self) -> float | None:
         return self.aggregate.tok_s if self.aggregate else None
 
+    @property
+    def warnings(self) -> list[str]:
+        """Why a measured rate may not be a decode rate (bunched streams)."""
+        return [
+            f"sequence {s.index}: {s.burst_gaps} of {s.chunks - 1} chunk gaps under "
+            f"{BURST_S * 1e3:g} ms (chunks read in bursts): its chunk times do not time "
+            "decode steps, so this rate is not a decode rate"
+            for s in self.sequences if s.bunched
+        ]
+
     def per_seq(self) -> list[float]:
         return [s.tok_s for s in self.sequences if s.tok_s is not None]
 
@@ -148,10 +159,13 @@ class EnvelopeResult:
                     "chunks": s.chunks,
                     "token_source": s.token_source,
                     "finish_reason": s.finish_reason,
+                    "burst_gaps": s.burst_gaps,
+                    "bunched": s.bunched,
                 }
                 for s in self.sequences
             ],
             "errors": self.errors,
+            "warnings": self.warnings,
             "server_log": self.server_log,
         }
 

@@ -133,11 +133,11 @@ def run(args: argparse.Namespace) -> int:
     doc = as_json(matrix, judgement, envelope.id, urls, args.launch, everything)
     if args.out is not None:
         (args.out / "matrix.json").write_text(to_json(doc))
-        (args.out / "matrix.md").write_text(markdown(matrix, judgement, head, failed))
+        (args.out / "matrix.md").write_text(markdown(matrix, judgement, head, failed, everything))
     if args.json:
         sys.stdout.write(to_json(doc))
     else:
-        print_report(stdout_console(), matrix, judgement, head, failed)
+        print_report(stdout_console(), matrix, judgement, head, failed, everything)
     return 1 if any(m.error for m in new) else 0
 
 

@@ -48,26 +48,43 @@ def header_lines(matrix: Matrix, envelope: str, repeats: int, servers: Mapping[s
     ]
 
 
+def bunched_lines(runs: Sequence[Measurement]) -> list[str]:
+    """A warning when some runs' streams arrived in bursts (their rates are not decode)."""
+    hit = [m for m in runs if m.bunched]
+    if not hit:
+        return []
+    per: dict[str, int] = {}
+    for m in hit:
+        per[m.variant] = per.get(m.variant, 0) + 1
+    return [f"warning: {len(hit)} of {len(runs)} runs had bunched streams (chunks read in "
+            "bursts, see the ladder's warnings), so their rates are not decode rates: "
+            + ", ".join(f"{v} {n}" for v, n in per.items())]
+
+
 def print_report(console: Console, matrix: Matrix, judgement: Judgement,
-                 head: Sequence[str], errors: Sequence[Measurement]) -> None:
+                 head: Sequence[str], errors: Sequence[Measurement],
+                 runs: Sequence[Measurement] = ()) -> None:
     for line in head:
         console.print(line, markup=False, highlight=False)
     print_rich_table(console, None, HEADERS, rows(matrix, judgement), ALIGN)
     for m in errors:
         console.print(f"{m.variant} run {m.repeat + 1}: {m.error}", markup=False,
                       highlight=False)
+    for line in bunched_lines(runs):
+        console.print(line, markup=False, highlight=False)
     console.print(f"rule: {RULE}", markup=False, highlight=False)
     console.print(judgement.reason, markup=False, highlight=False)
 
 
 def markdown(matrix: Matrix, judgement: Judgement, head: Sequence[str],
-             errors: Sequence[Measurement]) -> str:
+             errors: Sequence[Measurement], runs: Sequence[Measurement] = ()) -> str:
     lines = ["# Comm matrix", "", *(f"- {h}" for h in head), "",
              markdown_table(HEADERS, rows(matrix, judgement), ALIGN), ""]
     if errors:
         lines += ["## Failed runs", "", *(f"- {m.variant} run {m.repeat + 1}: {m.error}"
                                           for m in errors), ""]
-    lines += [f"Rule: {RULE}.", "", f"**{judgement.reason}**", ""]
+    lines += [*(f"{w}" + "\n" for w in bunched_lines(runs)),
+              f"Rule: {RULE}.", "", f"**{judgement.reason}**", ""]
     return "\n".join(lines)
 
 
@@ -81,6 +98,7 @@ def as_json(matrix: Matrix, judgement: Judgement, envelope: str,
             "max_tok_s": s.high, "spread_tok_s": s.spread, "ratio": s.ratio,
             "gain_tok_s": s.gain, "noise_tok_s": s.noise, "verdict": s.verdict,
             "errors": list(s.errors), "base_url": servers.get(s.name),
+            "bunched_runs": sum(1 for m in measurements if m.variant == s.name and m.bunched),
             "api_url": (servers[s.name] + "/v1") if s.name in servers else None,
         }
 

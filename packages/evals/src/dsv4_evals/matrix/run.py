@@ -37,6 +37,7 @@ class Measurement:
     tok_s: float | None
     error: str | None
     at: str  # UTC time the run ended
+    bunched: bool = False  # the ladder's warning: chunks read in bursts (see measure)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -45,7 +46,7 @@ class Measurement:
     def from_json(cls, doc: dict[str, Any]) -> Measurement:
         return cls(str(doc["variant"]), int(doc["repeat"]), str(doc["base_url"]),
                    None if doc.get("tok_s") is None else float(doc["tok_s"]),
-                   doc.get("error"), str(doc.get("at", "")))
+                   doc.get("error"), str(doc.get("at", "")), bool(doc.get("bunched", False)))
 
 
 OnMeasure = Callable[[Measurement], None]
@@ -57,7 +58,8 @@ def measure_once(envelope: EnvelopeLike, options: LadderOptions, variant: str,
     (result,) = run_ladder([envelope], options).results
     rate = result.aggregate_tok_s if not result.errors else None
     error = "; ".join(result.errors) or (None if rate is not None else "no decode rate")
-    return Measurement(variant, repeat, options.base_url, rate, error, _now())
+    return Measurement(variant, repeat, options.base_url, rate, error, _now(),
+                       bool(result.warnings))
 
 
 def measure_running(
