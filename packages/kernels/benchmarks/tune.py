@@ -11,7 +11,8 @@ The baseline is timed once per probe; candidate tiles are screened on the corner
 extremes first, the best survivors on the random keys, and the best of those is
 confirmed by a second pass over every probe. A tile is accepted only when it is faster
 than the baseline by ``--margin`` at every probe in both passes, and leaves buffers
-bit-identical to the baseline's at the box's corners.
+bit-identical to the baseline's at the box's first and last corner (its smallest and
+largest batch).
 
 Where no tile wins everywhere, the box is split in two along its widest token range and
 each half is tried again (``--max-splits`` deep); a box that still has no winner gets no
