@@ -18,6 +18,8 @@ vllm.plugins.load_general_plugins()
 vllm.plugins.load_general_plugins()
 import vllm.models.deepseek_v4.sparse_mla as m
 print("TARGET-TYPE", type(m.build_c128a_topk_metadata).__name__)
+import vllm.v1.attention.backends.mla.sparse_swa as s
+print("SWA-TYPE", type(s._COMPUTE_SWA_INDICES_AND_LENS_KERNEL).__name__)
 """
 
 
@@ -47,9 +49,11 @@ def test_entry_point_is_declared_and_loads_register() -> None:
 def test_vllm_loads_the_plugin_and_logs_it() -> None:
     out = _run_vllm()
     lines = _dsv4_lines(out)
-    assert len(lines) == 1, out
+    assert len(lines) == 2, out
     assert "dsv4: C128A launch policy active on vLLM 0.33.0" in lines[0]
+    assert "dsv4: SWA launch policy active on vLLM 0.33.0" in lines[1]
     assert "TARGET-TYPE C128ADispatch" in out
+    assert "SWA-TYPE SWADispatch" in out
 
 
 def test_kill_switch_in_a_vllm_process() -> None:
@@ -58,3 +62,4 @@ def test_kill_switch_in_a_vllm_process() -> None:
     assert len(lines) == 1, out
     assert "DSV4_POLICY=Off turns the C128A launch policy off; vLLM runs unchanged" in lines[0]
     assert "TARGET-TYPE function" in out
+    assert "SWA-TYPE ComputeSWAIndicesAndLensKernel" in out

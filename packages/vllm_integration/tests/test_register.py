@@ -28,7 +28,8 @@ def test_register_patches_the_module_global_and_hooks_the_builder(pristine, dsv4
     init = pristine.DeepseekV4SparseMLAMetadataBuilder.__init__
     assert is_hooked(init) and init.__wrapped__ is original_init
     info = _messages(dsv4_log, logging.INFO)
-    assert len(info) == 1 and info[0].startswith("dsv4: C128A launch policy active on vLLM")
+    assert len(info) == 2 and info[0].startswith("dsv4: C128A launch policy active on vLLM")
+    assert info[1].startswith("dsv4: SWA launch policy active on vLLM")
     assert not _messages(dsv4_log, logging.WARNING)
 
 
@@ -44,7 +45,7 @@ def test_register_is_idempotent(pristine, dsv4_log) -> None:
     assert first.original is original
     assert pristine.DeepseekV4SparseMLAMetadataBuilder.__init__ is first_init
     assert first_init.__wrapped__ is original_init
-    assert len(_messages(dsv4_log, logging.INFO)) == 1
+    assert len(_messages(dsv4_log, logging.INFO)) == 2  # C128A and SWA, once each
 
 
 def test_unregister_restores_vllm(pristine) -> None:
@@ -109,7 +110,8 @@ def test_signature_guard_leaves_vllm_unchanged(pristine, dsv4_log, monkeypatch) 
     assert plugin.register({}) is False
     assert pristine.build_c128a_topk_metadata is drifted
     warnings = _messages(dsv4_log, logging.WARNING)
-    assert len(dsv4_log) == 1 and len(warnings) == 1
+    assert len(dsv4_log) == 2 and len(warnings) == 1  # the SWA policy is independent
+    assert _messages(dsv4_log, logging.INFO)[0].startswith("dsv4: SWA launch policy active")
     assert "max_compressed_tokens=4096" in warnings[0]
 
 
@@ -120,7 +122,8 @@ def test_missing_module_is_a_warning_not_a_crash(pristine, dsv4_log, monkeypatch
     monkeypatch.setattr(plugin, "_target_module", no_module)
     assert plugin.register({}) is False
     warnings = _messages(dsv4_log, logging.WARNING)
-    assert len(dsv4_log) == 1 and "cannot import" in warnings[0]
+    assert len(warnings) == 1 and "cannot import" in warnings[0]
+    assert len(dsv4_log) == 2  # and the SWA policy's own line
 
 
 def test_builder_drift_keeps_the_patch_but_warns(pristine, dsv4_log, monkeypatch) -> None:

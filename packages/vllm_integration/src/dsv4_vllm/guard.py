@@ -43,6 +43,21 @@ EXPECTED_BUILDER_INIT = ("self", "kv_cache_spec", "layer_names", "vllm_config", 
 """``DeepseekV4SparseMLAMetadataBuilder.__init__`` in vLLM 0.33.x, for the warm-up hook."""
 
 
+SWA_TARGET_MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
+SWA_TARGET_OBJECT = "_COMPUTE_SWA_INDICES_AND_LENS_KERNEL"
+SWA_BUILDER_CLASS = "DeepseekSparseSWAMetadataBuilder"
+SWA_EXPECTED_PARAMETERS: tuple[tuple[str, Any, inspect._ParameterKind], ...] = (
+    *((name, _REQUIRED, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in (
+        "swa_indices", "swa_lens", "window_size", "index_width", "left_visible",
+        "right_visible", "query_start_loc", "seq_lens", "token_to_req_indices",
+        "is_valid_token", "block_table", "block_size", "replay_start")),
+    ("num_tokens", _REQUIRED, inspect.Parameter.KEYWORD_ONLY),
+    ("token_offset", _REQUIRED, inspect.Parameter.KEYWORD_ONLY),
+    ("has_image", False, inspect.Parameter.KEYWORD_ONLY),
+)
+"""``ComputeSWAIndicesAndLensKernel.__call__`` in vLLM 0.33.x (without ``self``)."""
+
+
 def switch_off_reason(environ: Mapping[str, str]) -> str | None:
     """Why ``DSV4_POLICY`` turns the plugin off, or ``None`` when it is on.
 
@@ -102,6 +117,25 @@ def signature_reason(fn: Callable[..., Any]) -> str | None:
             f"{TARGET_MODULE}.{TARGET_FUNCTION} has the signature ({shown}); "
             f"the plugin expects ({wanted})"
         )
+    return None
+
+
+def swa_signature_reason(kernel: object) -> str | None:
+    """Why ``kernel`` does not look like vLLM 0.33's SWA indices-and-lens object, or ``None``.
+
+    The wrapper passes the 13 positional arguments and the keywords through unchanged
+    and reads some by position, so names, order, kinds and defaults must all match.
+    """
+    where = f"{SWA_TARGET_MODULE}.{SWA_TARGET_OBJECT}"
+    if not callable(kernel) or not callable(getattr(kernel, "register_warmup", None)):
+        return f"{where} is not a callable kernel object with register_warmup"
+    params = _parameters(kernel)  # type: ignore[arg-type]
+    if params is None:
+        return f"{where} has no readable call signature"
+    got = [(p.name, p.default, p.kind) for p in params]
+    if got != list(SWA_EXPECTED_PARAMETERS):
+        shown = ", ".join(str(p) for p in params)
+        return f"{where} is called as ({shown}); the plugin expects vLLM 0.33.0's arguments"
     return None
 
 

@@ -1,0 +1,258 @@
+"""The object that stands in for vLLM's ``_COMPUTE_SWA_INDICES_AND_LENS_KERNEL``.
+
+vLLM 0.33.0's SWA metadata builder looks that module global up on every build and
+calls it twice per step (decode rows, then prefill rows). Replacing it with a
+:class:`SWADispatch` routes every call through here. Per call it builds the policy
+key from the arguments and either
+
+* runs :func:`dsv4_kernels.swa.compute_swa_indices_and_lens` with the table's tile (a
+  table hit): same arguments, same outputs, another tile; or
+* calls vLLM's own object with the very same arguments (a miss), so the result is
+  upstream's by construction.
+
+Everything else vLLM uses on the object (``register_warmup``, ``warmup``,
+``compile``, ``CompileKey``, ...) is forwarded to vLLM's own object. Anything the
+wrapper cannot read with certainty is a miss. Decisions are cached per call shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from dsv4_kernels import swa as kernels_swa
+from dsv4_policy import swa as policy_swa
+from dsv4_policy.swa import Key, Launch, Table
+
+from dsv4_vllm._log import logger
+from dsv4_vllm.arch import DeviceArch
+
+ArchOf = Callable[[torch.device], "str | None"]
+Resolver = Callable[[Key], Launch]
+Warm = Callable[..., int]
+
+POSITIONAL = 13
+"""``ComputeSWAIndicesAndLensKernel.__call__``'s positional arguments in vLLM 0.33.0."""
+KEYWORDS = frozenset({"num_tokens", "token_offset", "has_image"})
+_CACHE_LIMIT = 4096
+_UNSET: Any = object()
+
+
+def warm_swa_compile_keys(
+    arch: str,
+    window_size: int,
+    block_size: int,
+    max_image_tokens: int,
+    device: torch.device | str,
+    *,
+    table: Table | None = None,
+) -> int:
+    """Compile every SWA compile key of a deployment on ``device``; return how many were new.
+
+    The keys are ``dsv4_policy.swa.compile_keys`` for the deployment (the baseline's
+    and every reachable entry's, per ``has_image`` the deployment uses). Logs the key
+    count, the compile count and the time, as the C128A warm-up does.
+    """
+    keys = sorted(policy_swa.compile_keys(table, arch, window_size=window_size,
+                                          block_size=block_size,
+                                          max_image_tokens=max_image_tokens))
+    started = time.perf_counter()
+    compiled = kernels_swa.warmup(keys, device) if keys else 0
+    logger.info(
+        "dsv4 warm-up: %d SWA compile key(s) for %s, window_size=%d, block_size=%d, "
+        "max_image_tokens=%d on %s; %d compiled in %.2f s",
+        len(keys), arch, window_size, block_size, max_image_tokens, device, compiled,
+        time.perf_counter() - started,
+    )
+    return compiled
+
+
+class Decision(NamedTuple):
+    """A table hit for one call shape: the launch and what its warm-up is keyed by."""
+
+    launch: Launch
+    warm_token: tuple[Any, ...] | None
+
+
+def _device_token(device: torch.device) -> str:
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
+
+
+class SWADispatch:
+    """Drop-in for vLLM's SWA indices-and-lens kernel object: table hits run dsv4's kernel.
+
+    ``resolve`` (``Key -> Launch``), ``arch_of`` (``torch.device -> "smXY" | None``) and
+    ``warm`` are injectable so the decision can be tested without a GPU; ``table`` None
+    is the shipped SWA table.
+    """
+
+    def __init__(
+        self,
+        original: Any,
+        *,
+        table: Table | None = None,
+        resolve: Resolver | None = None,
+        arch_of: ArchOf | None = None,
+        warm: Warm = warm_swa_compile_keys,
+        lazy_warmup: bool = True,
+    ) -> None:
+        self.original = original
+        # inspect.signature(dispatch) is vLLM's __call__ signature.
+        self.__wrapped__ = original.__call__
+        self.table = table
+        self.arch_of: ArchOf = arch_of if arch_of is not None else DeviceArch()
+        self._resolve: Resolver = resolve if resolve is not None else self._shipped_resolve
+        self._warm = warm
+        self.lazy_warmup = lazy_warmup
+        self.enabled = True
+        self.hits = 0
+        self.misses = 0
+        self.deployments: dict[tuple[int, int], int] = {}
+        self._warmed: set[tuple[Any, ...]] = set()
+        self._decisions: dict[tuple[Any, ...], Decision | None] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this object does not have: vLLM's own API on the object.
+        if name == "original":
+            raise AttributeError(name)
+        return getattr(self.original, name)
+
+    def __repr__(self) -> str:
+        return f"SWADispatch({self.original!r})"
+
+    def _shipped_resolve(self, key: Key) -> Launch:
+        return policy_swa.resolve(key, self.table)
+
+    def configure(
+        self,
+        *,
+        table: Table | None = _UNSET,
+        resolve: Resolver | None = _UNSET,
+        arch_of: ArchOf | None = _UNSET,
+        warm: Warm | None = _UNSET,
+    ) -> None:
+        """Swap the table, resolver, arch source or warm-up (``None``: the default)."""
+        if table is not _UNSET:
+            self.table = table
+        if resolve is not _UNSET:
+            self._resolve = resolve if resolve is not None else self._shipped_resolve
+        if arch_of is not _UNSET:
+            self.arch_of = arch_of if arch_of is not None else DeviceArch()
+        if warm is not _UNSET:
+            self._warm = warm if warm is not None else warm_swa_compile_keys
+        self._decisions.clear()
+
+    # -- deployment facts, recorded while vLLM starts ---------------------------------
+
+    def on_builder_ready(self, window_size: int, block_size: int, max_image_tokens: int,
+                         device: torch.device) -> None:
+        """Called after vLLM built an SWA metadata builder: record and warm up."""
+        self.deployments[(window_size, block_size)] = max_image_tokens
+        self._decisions.clear()
+        arch = self.arch_of(device)
+        if arch is not None:
+            self.warm_once(arch, window_size, block_size, max_image_tokens, device)
+
+    def warm_once(self, arch: str, window_size: int, block_size: int, max_image_tokens: int,
+                  device: torch.device) -> bool:
+        """Warm one deployment unless done; ``False`` (and the patch off) if it failed."""
+        token = (arch, window_size, block_size, max_image_tokens, _device_token(device))
+        if token in self._warmed:
+            return True
+        try:
+            self._warm(arch, window_size, block_size, max_image_tokens, device,
+                       table=self.table)
+        except Exception:
+            logger.warning(
+                "dsv4 warm-up failed for %s, window_size=%d, block_size=%d on %s; SWA "
+                "metadata falls back to vLLM's own kernel for the rest of this process",
+                arch, window_size, block_size, device, exc_info=True,
+            )
+            self.enabled = False
+            return False
+        self._warmed.add(token)
+        return True
+
+    # -- per call ---------------------------------------------------------------------
+
+    def decide(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Decision | None:
+        """A hit's launch, or ``None`` for a miss; cached by the call's shape."""
+        try:
+            indices = args[0]
+            shape = (indices.get_device(), args[2], args[3], args[11],
+                     kwargs.get("has_image", False), kwargs["num_tokens"])
+            decision = self._decisions.get(shape, _UNSET)
+        except Exception:
+            return None
+        if decision is _UNSET:
+            decision = self._decide_uncached(indices.device, *shape[1:])
+            if len(self._decisions) >= _CACHE_LIMIT:
+                self._decisions.clear()
+            self._decisions[shape] = decision
+        return decision  # type: ignore[no-any-return]
+
+    def _decide_uncached(self, device: torch.device, window_size: Any, index_width: Any,
+                         block_size: Any, has_image: Any, num_tokens: Any) -> Decision | None:
+        arch = self.arch_of(device)
+        if arch is None or not isinstance(has_image, bool | int) or has_image not in (0, 1):
+            return None
+        ints = (window_size, index_width, block_size, num_tokens)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
+            return None
+        try:
+            key = Key(arch, window_size, index_width, block_size, int(has_image), num_tokens)
+            launch = self._resolve(key)
+        except Exception:
+            logger.warning("dsv4: could not resolve an SWA launch for %s; using vLLM's kernel",
+                           (arch, *ints, has_image), exc_info=True)
+            return None
+        if launch.source == "baseline" or launch.has_image != bool(has_image):
+            return None
+        image = self.deployments.get((window_size, block_size))
+        if image is None:
+            # Not recorded at start-up: warm as for a deployment whose rows are this wide.
+            image = max(index_width - window_size, 0)
+        warm = (arch, window_size, block_size, image, device)
+        return Decision(launch, warm)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if (self.enabled and len(args) == POSITIONAL and kwargs.keys() <= KEYWORDS
+                and "num_tokens" in kwargs and "token_offset" in kwargs):
+            decision = self.decide(args, kwargs)
+            if decision is not None and self._ready(args[0], decision):
+                launch = decision.launch
+                try:
+                    result = kernels_swa.compute_swa_indices_and_lens(
+                        *args, **kwargs, tokens_per_program=launch.tokens_per_program,
+                        cols_per_program=launch.cols_per_program, num_warps=launch.num_warps)
+                except ValueError:
+                    # Refused before anything was written: upstream decides what it means.
+                    logger.warning("dsv4: the SWA kernel refused a call vLLM made; this "
+                                   "call shape uses vLLM's kernel from now on", exc_info=True)
+                    self._decisions[self._shape(args, kwargs)] = None
+                else:
+                    self.hits += 1
+                    return result
+        self.misses += 1
+        return self.original(*args, **kwargs)
+
+    @staticmethod
+    def _shape(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        return (args[0].get_device(), args[2], args[3], args[11],
+                kwargs.get("has_image", False), kwargs["num_tokens"])
+
+    def _ready(self, indices: torch.Tensor, decision: Decision) -> bool:
+        """Whether the hit's binaries are warm (warming them lazily, outside graph capture)."""
+        token = decision.warm_token
+        if not self.lazy_warmup or token is None:
+            return True
+        arch, window_size, block_size, image, device = token
+        if (arch, window_size, block_size, image, _device_token(device)) in self._warmed:
+            return True
+        if indices.is_cuda and torch.cuda.is_current_stream_capturing():
+            return True
+        return self.warm_once(arch, window_size, block_size, image, device)
