@@ -51,3 +51,24 @@ def test_floor_table_has_one_cell_per_shape() -> None:
     assert "| T \\ width | 128 | 8192 |" in text
     assert "| 8192 | 102% (200%, fill 300%) | 165% (200%, fill 300%) |" in text
     assert "| 65536 | 109% (200%, fill 300%) | 172% (200%, fill 300%) |" in text
+
+
+def _floor_row(rng: random.Random, pct: float, fill_pct: float) -> dict:
+    ideal = rng.uniform(4.0, 20.0)
+    return {"pct_of_ideal": pct, "table_us": ideal * pct / 100, "fill_us": ideal * fill_pct / 100,
+            "ideal_us": ideal, "source": "table:sm90-x", "width": 128, "tokens": 8192}
+
+
+def test_floor_verdicts_fail_only_where_the_vendor_fill_does_better() -> None:
+    rng = random.Random(5)
+    floor = {
+        "within": _floor_row(rng, rng.uniform(100, 149), rng.uniform(150, 300)),
+        "pattern-bound": _floor_row(rng, 206.0, 250.0),  # above target, fill_ slower still
+        "launch-bound": _floor_row(rng, 180.0, 140.0),  # above target, fill_ faster
+    }
+    failures, misses = gate_report.floor_verdicts(floor, 150.0)
+    assert [f.split(":")[0] for f in failures] == ["launch-bound"]
+    assert "slower than torch's fill_" in failures[0]
+    assert [m.split(":")[0] for m in misses] == ["pattern-bound"]
+    assert "206% of (empty launch + write floor); torch's fill_ of the same view 250%" in misses[0]
+    assert gate_report.floor_verdicts({"within": floor["within"]}, 150.0) == ([], [])
