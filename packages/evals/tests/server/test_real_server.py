@@ -188,7 +188,7 @@ def test_matrix_on_the_real_server_names_no_winner(real_server, tmp_path, capsys
     r = rng("matrix")
     code = main(["matrix", *(f"--server={n}={real_server.root}" for n in names),
                  "--repeats", "5", "--prompt-tokens", str(r.randint(32, 200)),
-                 "--max-tokens", str(r.randint(16, 32)), "--json", "--no-progress",
+                 "--max-tokens", str(r.randint(48, 96)), "--json", "--no-progress",
                  "--out", str(tmp_path / "matrix")])
     doc = json.loads(capsys.readouterr().out)
     why = f"seed {SEED}: " + (tmp_path / "matrix" / "matrix.md").read_text()

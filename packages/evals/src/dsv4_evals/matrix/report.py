@@ -37,11 +37,16 @@ def rows(matrix: Matrix, judgement: Judgement) -> list[tuple[str, ...]]:
 
 def header_lines(matrix: Matrix, envelope: str, repeats: int, servers: Mapping[str, str],
                  launched: bool) -> list[str]:
-    where = (", ".join(sorted(set(servers.values()))) or "-")
+    urls = sorted(set(servers.values()))
+    launch = "launched per variant at " if launched else ""
+    if len(urls) == 1:
+        where = f"server: {launch}{urls[0]} (API {urls[0]}/v1)"
+    else:
+        where = ("servers: " + (", ".join(f"{n} {u}" for n, u in servers.items()) or "-")
+                 + " (API under <server>/v1)")
     return [
         f"comm matrix: envelope {envelope}, variants {matrix.source}",
-        f"servers: {'launched per variant at ' if launched else ''}{where} "
-        f"(API {' '.join(sorted({u + '/v1' for u in servers.values()}))})",
+        where,
         f"{repeats} run(s) per variant this time; rate = ladder aggregate decode tok/s, "
         "time to first token excluded",
         f"base env (every variant): {_env_text(matrix.base_env)}",
