@@ -154,6 +154,7 @@ def _aux_environments(session: nox.Session, target: target_graph.Target) -> dict
             session.run(
                 str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes",
                 "--disable-pip-version-check", "-r", str(requirements), external=True,
+                silent=True,  # pip's output is shown if the install fails
             )
             (venv / ".complete").write_text(str(requirements) + "\n")
         found[aux.variable] = str(python)
