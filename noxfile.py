@@ -227,7 +227,7 @@ def _key_inputs(session: nox.Session, gpu: dict | None) -> cache_key.KeyInputs:
         _TREE.append(cache_key.SourceTree(ROOT))
     return cache_key.KeyInputs(
         root=ROOT, tree=_TREE[0], lock=_LOCK[0], outer_env=os.environ,
-        hermetic=not _offline(session), gpu=gpu,
+        hermetic=not _offline(session), gpu=gpu, artifacts=ARTIFACTS,
     )
 
 
@@ -384,14 +384,19 @@ def _run_targets(session: nox.Session, chosen: list[target_graph.Target], extra:
                  *, needs_gpu: bool) -> None:
     """Replay every target whose key was seen to pass; install and run only the rest."""
     cache = _cache(session)
-    identity = _gpu_identity(session) if needs_gpu else None
+    if needs_gpu:
+        identity = _gpu_identity(session)
+    elif any(UNITS[t.name].gpu_in_key for t in chosen):
+        identity = gpu_fingerprint.identity_or_none()
+    else:
+        identity = None
     if _offline(session) and not needs_gpu:
         _drift(session, chosen)
     misses = []
     for target in chosen:
         unit = UNITS[target.name]
         args = [*_gpu_pytest_args(identity, target), *extra]
-        key = _key(session, unit, args, identity if unit.needs_gpu else None)
+        key = _key(session, unit, args, identity if unit.gpu_in_key else None)
         if not _replay(session, cache, unit, key):
             misses.append((target, unit, args, key))
     for i, (target, *_rest) in enumerate(misses):
@@ -571,7 +576,7 @@ def cache(session: nox.Session) -> None:
             list(session.posargs), graph=GRAPH, units=UNITS, cache=results,
             key_inputs=lambda hermetic, gpu: cache_key.KeyInputs(
                 root=ROOT, tree=cache_key.SourceTree(ROOT), lock=Lock.load(ROOT / "uv.lock"),
-                outer_env=os.environ, hermetic=hermetic, gpu=gpu,
+                outer_env=os.environ, hermetic=hermetic, gpu=gpu, artifacts=ARTIFACTS,
             ),
             gpu_identity=gpu_fingerprint.smi,
         )

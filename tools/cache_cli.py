@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import cache_key
+import gpu_fingerprint
 import units as build_units
 from result_cache import Hit, LocalStore, ResultCache
 from targets import Graph
@@ -82,12 +83,14 @@ def _explain(args: argparse.Namespace, *, graph: Graph, units: Mapping[str, buil
         )
     unit = units[args.target]
     gpu = None
-    if unit.needs_gpu:
+    if unit.gpu_in_key:
         gpu = gpu_identity()
-        if "error" in gpu:
+        if "error" in gpu and unit.needs_gpu:
             raise UsageError(
                 f"explain {unit.name}: the key needs a GPU fingerprint: {gpu['error']}"
             )
+        if "error" in gpu:
+            gpu = dict(gpu_fingerprint.NO_GPU)
     key = build_units.key_for(graph, unit, args.args, key_inputs(not args.no_venv, gpu))
     result = compare(cache.local, key)
     stored = cache.local.record(key.digest)

@@ -11,12 +11,15 @@ is the digest of named *components*, each digested on its own, so that
 - ``sources:<dist>``: file contents (never mtimes) of the target's package and of
   every intra-repo package in its environment;
 - ``inputs``: other repository files the target declares it reads (stored baselines);
+- ``artifacts``: files of the artifacts folder the target declares it reads (the last
+  bench results, for the report);
 - ``environment``: the lock's slice for the target's package and groups; on a
   non-hermetic run (``--no-venv``) also each installed version beside the lock's;
 - ``variables``: the values of the variables the target lets in, and of ``CI``;
 - ``interpreter``: Python implementation, version and platform;
-- ``gpu``: for targets that need one, the GPU (name, compute capability, driver,
-  count) and whether the run is hermetic;
+- ``gpu``: for targets that need one, or whose result depends on whether there is one
+  (the report), the GPU (names, compute capability, driver, count; none at all on a
+  CPU machine) and whether the run is hermetic;
 - ``arguments``: the extra arguments given after ``--``.
 
 Stdlib only, and cheap: a cache hit must cost about a second, before any
@@ -137,6 +140,21 @@ def file_component(name: str, tree: SourceTree, prefixes: Iterable[str]) -> Comp
     return Component(name, digest_json(files), detail=f"{len(files)} files", files=files)
 
 
+def artifact_component(artifacts: Path | None, patterns: Sequence[str]) -> Component:
+    """Files another target leaves in the artifacts folder (e.g. the last bench results
+    that the report shows): hashed as they are now, so that a new bench run changes the
+    report's key."""
+    files: dict[str, str] = {}
+    for pattern in patterns:
+        glob = pattern.partition("/")[2]
+        for path in sorted(artifacts.glob(glob)) if artifacts is not None else []:
+            if path.is_file():
+                files[f"artifacts/{path.relative_to(artifacts).as_posix()}"] = sha256_bytes(
+                    path.read_bytes()
+                )
+    return Component("artifacts", digest_json(files), detail=f"{len(files)} files", files=files)
+
+
 def interpreter() -> dict[str, str]:
     """The interpreter a session runs with: the one running nox (venvs are made from it)."""
     return {
@@ -181,6 +199,7 @@ class KeyInputs:
     outer_env: Mapping[str, str]
     hermetic: bool
     gpu: Mapping[str, object] | None = None
+    artifacts: Path | None = None
     _build: Component | None = None
 
     def build_component(self) -> Component:
@@ -197,7 +216,7 @@ def compute(
     lock_slices: Sequence[tuple[str, Sequence[str]]],
     variables: Iterable[str],
     set_env: Mapping[str, str],
-    needs_gpu: bool,
+    keyed_by_gpu: bool,
     extra_paths: Sequence[str],
     arguments: Sequence[str],
     inputs: KeyInputs,
@@ -215,8 +234,12 @@ def compute(
     for dist, folder in sorted(package_folders.items()):
         rel = folder.resolve().relative_to(inputs.root).as_posix()
         components.append(file_component(f"sources:{dist}", inputs.tree, [rel]))
-    if extra_paths:
-        components.append(file_component("inputs", inputs.tree, extra_paths))
+    repo_paths = [p for p in extra_paths if not p.startswith("artifacts/")]
+    if repo_paths:
+        components.append(file_component("inputs", inputs.tree, repo_paths))
+    produced = [p for p in extra_paths if p.startswith("artifacts/")]
+    if produced:
+        components.append(artifact_component(inputs.artifacts, produced))
 
     locked: dict[tuple[str, str], Locked] = {}
     for package, groups in lock_slices:
@@ -240,7 +263,7 @@ def compute(
     values.update({f"set_env:{k}": v for k, v in sorted(set_env.items())})
     components.append(Component("variables", digest_json(values), detail=values))
     components.append(Component("interpreter", digest_json(interpreter()), detail=interpreter()))
-    if needs_gpu:
+    if keyed_by_gpu:
         gpu = {**(inputs.gpu or {}), "hermetic": inputs.hermetic}
         components.append(Component("gpu", digest_json(gpu), detail=gpu))
     components.append(Component("arguments", digest_json(list(arguments)), detail=list(arguments)))

@@ -67,6 +67,16 @@ def smi() -> dict:
     }
 
 
+NO_GPU = {"gpus": [], "device_count": 0}
+
+
+def identity_or_none() -> dict:
+    """:func:`smi`, or the identity of a machine with no GPU (for keys of targets whose
+    result depends on whether one is there, such as the report)."""
+    data = smi()
+    return dict(NO_GPU) if "error" in data else data
+
+
 def _driver_version() -> str | None:
     try:
         out = subprocess.run(

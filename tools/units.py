@@ -27,8 +27,9 @@ class Unit:
     lock_slices: tuple[tuple[str, tuple[str, ...]], ...]
     variables: tuple[str, ...] = ()
     set_env: Mapping[str, str] = field(default_factory=dict)
-    needs_gpu: bool = False
-    inputs: tuple[str, ...] = ()  # extra repository-relative files or folders
+    needs_gpu: bool = False  # fails without a GPU
+    gpu_in_key: bool = False  # its result depends on the GPU there is (or that there is none)
+    inputs: tuple[str, ...] = ()  # extra files: repository-relative, or 'artifacts/…' globs
     outputs: tuple[str, ...] = ()  # logical globs: 'artifacts/…' or repository-relative
 
 
@@ -51,6 +52,7 @@ def target_unit(graph: Graph, target: Target) -> Unit:
         variables=target.env,
         set_env=target.set_env,
         needs_gpu=gpu,
+        gpu_in_key=gpu or target.kind == "report",
         inputs=target.inputs,
         outputs=(*outputs, *target.outputs),
     )
@@ -100,7 +102,7 @@ def key_for(
         lock_slices=unit.lock_slices,
         variables=unit.variables,
         set_env=unit.set_env,
-        needs_gpu=unit.needs_gpu,
+        keyed_by_gpu=unit.gpu_in_key,
         extra_paths=unit.inputs,
         arguments=arguments,
         inputs=inputs,

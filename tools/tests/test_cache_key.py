@@ -101,7 +101,7 @@ def _key(root: Path, *, lock: Lock | None = None, env=None, args=(), hermetic=Tr
     return cache_key.compute(
         name="app", declaration={"name": "app", "pytest": ["tests"]},
         package_folders={"app": root / "packages" / "app"}, lock_slices=[("app", ["test"])],
-        variables=["APP_MODE"], set_env=set_env or {}, needs_gpu=needs_gpu, extra_paths=(),
+        variables=["APP_MODE"], set_env=set_env or {}, keyed_by_gpu=needs_gpu, extra_paths=(),
         arguments=list(args), inputs=inputs,
     )
 
@@ -168,3 +168,29 @@ def test_version_drift_lists_only_differences() -> None:
     locked = _lock().closure("app", ["test"])
     lines = cache_key.version_drift(locked, {"httpx": "0.28.1", "pytest": "9.0.0"})
     assert lines == ["pytest: locked 8.4.0, installed 9.0.0"]
+
+
+def test_declared_artifacts_are_inputs(tmp_path: Path) -> None:
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    first = cache_key.artifact_component(artifacts, ["artifacts/bench-*.json"])
+    (artifacts / "bench-nvidia-h200.json").write_text('{"ratio": 1.5}')
+    (artifacts / "unrelated.xml").write_text("<x/>")
+    second = cache_key.artifact_component(artifacts, ["artifacts/bench-*.json"])
+    assert second.digest != first.digest
+    assert list(second.files) == ["artifacts/bench-nvidia-h200.json"]
+    (artifacts / "bench-nvidia-h200.json").write_text('{"ratio": 1.4}')
+    assert cache_key.artifact_component(artifacts, ["artifacts/bench-*.json"]).digest != (
+        second.digest)
+
+
+def test_the_report_is_keyed_by_the_gpu_it_runs_on() -> None:
+    import targets
+    import units
+
+    graph = targets.load(Path(__file__).resolve().parents[2])
+    report = units.target_unit(graph, graph.targets["c128a-report"])
+    assert report.gpu_in_key and not report.needs_gpu
+    assert "artifacts/bench-*.json" in report.inputs
+    policy = units.target_unit(graph, graph.targets["policy"])
+    assert not policy.gpu_in_key
