@@ -79,7 +79,7 @@ def entry(arch: str, box: dict[str, tuple[int, int]], verdict: probes.Verdict,
         {"arch": arch, "window_size": h.WINDOW, "index_width": h.INDEX_WIDTH, "has_image": 0,
          "block_size": policy.Range(b0, b1), "num_tokens": policy.Range(lo, hi)},
         policy.Tile(tpp, cpp, warps),
-        {**machine, "probes": verdict.probes, "worst_speedup": f"{verdict.worst_ratio:.3f}",
+        {**machine, "probes": verdict.probes, "worst_speedup": f"{verdict.worst_ratio:.3f}x",
          "command": "python benchmarks/tune_swa.py --write"},
     )
 
