@@ -92,6 +92,17 @@ def test_a_failed_run_or_too_few_runs_cannot_win():
     assert j.winner is None and j.reason.startswith("no verdict: the control was not measured")
 
 
+def test_runs_read_in_bursts_are_shown_but_never_compared():
+    runs = {"control": [100, 101, 102], "a": [500, 505, 510], "b": [300, 301, 302]}
+    j = judge(runs, {}, "control", bunched={"a": 1})
+    by = {s.name: s for s in j.summaries}
+    assert by["a"].verdict == "bunched" and by["a"].median == 505 and by["a"].ratio is None
+    assert j.winner == "b"  # the faster "a" is not a decode rate
+    j = judge(runs, {}, "control", bunched={"control": 3})
+    assert j.winner is None and j.reason.startswith("no winner: the control's streams")
+    assert {s.verdict for s in j.summaries} == {"bunched", "measured"}
+
+
 # --------------------------------------------------------------------------- scripted servers
 def test_running_servers_name_the_fast_variant(tmp_path, capsys):
     rng = random.Random(1401)

@@ -199,7 +199,12 @@ def test_matrix_on_the_real_server_names_no_winner(real_server, tmp_path, capsys
     for v in by.values():
         assert len(v["runs"]) == 5 and min(v["runs"]) > 0 and v["errors"] == [], why
         assert v["base_url"] == real_server.root, why
-        assert v["verdict"] in ("control", "within spread", "slower"), why
+        # On two shared cores vLLM's API process often hands a stream over in bursts;
+        # such runs are flagged and never compared (see the ladder's bunched streams).
+        if v["bunched_runs"]:
+            assert v["verdict"] == "bunched", why
+        else:
+            assert v["verdict"] in ("control", "within spread", "slower", "measured"), why
 
 
 TREE = """

@@ -126,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
             runs[v.name] = [m.tok_s for m in mine]
             errors[v.name] = [m.error for m in mine if m.error]
     ordered = {v.name: runs[v.name] for v in matrix.variants if v.name in runs}
-    judgement = judge(ordered, errors, matrix.control.name)
+    bunched = {n: sum(1 for m in everything if m.variant == n and m.bunched) for n in ordered}
+    judgement = judge(ordered, errors, matrix.control.name, bunched=bunched)
     urls = {m.variant: m.base_url for m in everything}
     failed = [m for m in everything if m.error]
     head = header_lines(matrix, envelope.id, args.repeats, urls, args.launch)

@@ -5,7 +5,9 @@ A variant's rate is the median of its runs (robust to one disturbed run); its
 beats the control only when its median exceeds the control's by more than the larger
 of the two spreads: a gain the runs themselves cannot produce by chance ordering. The
 winner is the fastest variant that beats the control; when none does, there is no
-winner, whatever the medians say.
+winner, whatever the medians say. A variant with a failed run, too few runs, or runs
+whose streams arrived in read bursts (not decode rates; see ``ladder.measure``) is
+shown but cannot win.
 """
 
 from __future__ import annotations
@@ -44,11 +46,14 @@ class Judgement:
 
 
 def _base(name: str, control: bool, rates: Sequence[float | None], errors: Sequence[str],
-          min_repeats: int) -> Summary:
+          min_repeats: int, bunched: int) -> Summary:
     good = tuple(r for r in rates if r is not None)
     if errors or len(good) < min_repeats:
         why = "error" if errors else "too few runs"
         return Summary(name, control, good, tuple(errors), verdict=why)
+    if bunched:  # measured, but not decode rates: shown, never compared
+        return Summary(name, control, good, (), statistics.median(good), min(good), max(good),
+                       verdict="bunched")
     return Summary(name, control, good, (), statistics.median(good), min(good), max(good),
                    verdict="control" if control else "measured")
 
@@ -58,18 +63,30 @@ def judge(
     errors: Mapping[str, Sequence[str]],
     control: str,
     min_repeats: int = MIN_REPEATS,
+    bunched: Mapping[str, int] | None = None,
 ) -> Judgement:
-    """Summaries in ``runs`` order, and the winner (see the module docstring)."""
+    """Summaries in ``runs`` order, and the winner (see the module docstring).
+
+    ``bunched`` counts, per variant, the runs whose streams arrived in read bursts: their
+    rates are not decode rates, so such a variant is shown but never compared, and when
+    the control is one of them nothing is.
+    """
     if control not in runs:
         raise ValueError(f"the control {control!r} has no runs")
-    base = {n: _base(n, n == control, r, errors.get(n, ()), min_repeats) for n, r in runs.items()}
+    bunched = bunched or {}
+    base = {n: _base(n, n == control, r, errors.get(n, ()), min_repeats, bunched.get(n, 0))
+            for n, r in runs.items()}
     ctl = base[control]
     if ctl.median is None:
         return Judgement(tuple(base.values()), None,
                          f"no verdict: the control was not measured ({ctl.verdict})")
+    if ctl.verdict == "bunched":
+        return Judgement(tuple(base.values()), None,
+                         "no winner: the control's streams arrived in read bursts, so its "
+                         "rate is not a decode rate and no variant can be compared with it")
     judged: dict[str, Summary] = {}
     for name, s in base.items():
-        if s.median is None or s.spread is None or ctl.spread is None:
+        if s.verdict == "bunched" or s.median is None or s.spread is None or ctl.spread is None:
             judged[name] = s
             continue
         gain = s.median - ctl.median
