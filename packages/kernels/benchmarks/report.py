@@ -314,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "report.md").write_text(gpu_markdown(machine, rows, warm) + gates)
         plot(rows, args.out / "c128a.png", f"C128A top-k metadata on {machine['gpu']}")
         bad = [r["shape"] for r in rows if not r["identical"]]
+        import swa_report  # the SWA table and plot (swa.png), same run
+
+        swa_md, data["swa"] = swa_report.section(device, str(arch), args.out,
+                                                 str(machine["gpu"]))
+        with (args.out / "report.md").open("a") as md:
+            md.write(swa_md)
+        bad += [r["shape"] for r in data["swa"] if not r["identical"]]
     else:
         check = interpreter_check()
         data = {"gpu": None, "interpreter_check": check, "launches": resolved_launches(),

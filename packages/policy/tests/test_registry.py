@@ -125,7 +125,7 @@ def assert_launch(spec: KernelSpec, table: object, entries: list[Entry], key: ob
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=names())
-@settings(max_examples=PROPERTY_EXAMPLES // 2,
+@settings(max_examples=HEAVY_EXAMPLES * 3,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_generated_tables_fall_back_unchanged_and_hit_exactly(spec: KernelSpec,

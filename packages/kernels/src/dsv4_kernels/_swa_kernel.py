@@ -65,10 +65,13 @@ def swa_indices_and_lens_kernel(
     rows = tl.program_id(0) * TOKENS_PER_PROGRAM + tl.arange(0, TOKENS_PER_PROGRAM)
     in_batch = rows < num_tokens
     token = rows + token_offset
+    # The validity flag and the request index are read side by side (one memory round
+    # trip, not two); a padding token's request index may be anything, so nothing is
+    # read through it: it is replaced by 0 and every load behind it is masked.
     valid = tl.load(is_valid_ptr + token, mask=in_batch, other=0) != 0
-    # A padding token's request index may be anything: read nothing through it.
+    req = tl.load(token_to_req_ptr + token, mask=in_batch, other=0)
     live = in_batch & valid
-    req = tl.load(token_to_req_ptr + token, mask=live, other=0)
+    req = tl.where(live, req, 0)
     query_start = tl.load(query_start_ptr + req, mask=live, other=0)
     query_end = tl.load(query_start_ptr + req + 1, mask=live, other=0)
     seq_len = tl.load(seq_lens_ptr + req, mask=live, other=0)

@@ -1,0 +1,96 @@
+"""The SWA part of the launch report: a table and a plot, vLLM 0.33.0 against the table.
+
+``report.py`` calls :func:`section` on a GPU. It times the SWA anchor calls (decode and
+prefill, 512 to 32768 rows) for vLLM 0.33.0's own launch and the launch the shipped SWA
+table resolves, in the same run (CUDA-graph replay medians), checks the outputs are
+identical, plots both against the empty launch + write floor, and adds the per-step C128A +
+SWA totals of the last ``swa-bench`` run when ``report/swa_bench.json`` is there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import harness
+import swa_harness as h
+import swa_upstream
+import torch
+
+TOKENS = (1, 512, 2048, 8192, 32768)
+
+
+def measure(device: torch.device, arch: str) -> list[dict]:
+    kernel = swa_upstream.load_kernel()
+    bandwidth = harness.copy_bandwidth_bytes_per_s(device)
+    empty = harness.empty_launch_graph_us(device)
+    rows = []
+    for prefill in (False, True):
+        for tokens in TOKENS:
+            if prefill and tokens == 1:
+                continue
+            shape = h.SwaShape(tokens, prefill)
+            call = h.make_call(shape, device)
+            tile = h.resolved_tile(shape, arch)
+            up = h.graph_us(h.runner(call, h.BASELINE, kernel))
+            ours = up if tile == h.BASELINE else h.graph_us(h.runner(call, tile, kernel))
+            rows.append({"shape": shape.name, "phase": "prefill" if prefill else "decode",
+                         "tokens": tokens, "tile": str(tile), "upstream_us": up,
+                         "table_us": ours, "speedup": up / ours,
+                         "ideal_us": empty + h.floor_us(tokens, bandwidth),
+                         "identical": h.outputs_equal(call, tile, kernel)})
+            del call
+    return rows
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, phase in zip(axes, ("prefill", "decode"), strict=True):
+        sel = sorted((r for r in rows if r["phase"] == phase), key=lambda r: r["tokens"])
+        tokens = [r["tokens"] for r in sel]
+        ax.plot(tokens, [r["upstream_us"] for r in sel], "o-", label="vLLM 0.33.0")
+        ax.plot(tokens, [r["table_us"] for r in sel], "^-", label="table")
+        ax.plot(tokens, [r["ideal_us"] for r in sel], "k:", label="empty launch + write floor")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("rows (tokens)")
+        ax.set_ylabel("µs per launch (CUDA-graph replay median)")
+        ax.set_title(f"SWA {phase}, window 128, 64-token blocks")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def section(device: torch.device, arch: str, out: Path, gpu: str) -> tuple[str, list[dict]]:
+    """Markdown for the report (and the rows), with ``swa.png`` written into ``out``."""
+    rows = measure(device, arch)
+    plot(rows, out / "swa.png", f"SWA indices and lens on {gpu}")
+    parts = ["\n## SWA indices and lens: vLLM 0.33.0 against the table\n",
+             _table(["call", "tile", "vLLM 0.33.0 µs", "table µs", "speed-up", "ideal µs",
+                     "identical"],
+                    [[r["shape"], r["tile"], f"{r['upstream_us']:.2f}", f"{r['table_us']:.2f}",
+                      f"{r['speedup']:.2f}x", f"{r['ideal_us']:.2f}",
+                      "yes" if r["identical"] else "NO"] for r in rows]),
+             "\n![SWA](swa.png)\n"]
+    bench = out / "swa_bench.json"
+    if bench.is_file():
+        steps = json.loads(bench.read_text()).get("per_step", [])
+        parts += ["\n### Per-step metadata, C128A + SWA (last swa-bench run)\n",
+                  _table(["step", "upstream µs", "ours µs", "speed-up"],
+                         [[s["shape"], f"{s['total_upstream_us']:.2f}",
+                           f"{s['total_ours_us']:.2f}", f"{s['speedup']:.2f}x"]
+                          for s in steps])]
+    return "\n".join(parts) + "\n", rows
