@@ -241,6 +241,8 @@ def _key(session: nox.Session, unit: build_units.Unit, args: list[str], gpu: dic
 
 def _replay(session: nox.Session, cache: ResultCache, unit: build_units.Unit, key) -> bool:
     """Serve a stored pass of ``key``: restore its outputs and say so. False on a miss."""
+    if not unit.cacheable:
+        return False
     hit = cache.lookup(key.digest)
     if hit is None:
         if cache.mode == "require":
@@ -280,6 +282,8 @@ def _run_cached(session: nox.Session, cache: ResultCache, unit: build_units.Unit
     run()
     duration = time.time() - started
     cache.local.event(kind="run", target=unit.name, key=key.digest, duration_s=round(duration, 3))
+    if not unit.cacheable:
+        return
     record = cache.store(
         key=key.digest, target=unit.name, duration_s=duration, fingerprint=fingerprint or {},
         components=key.component_digests(), files=key.files(),

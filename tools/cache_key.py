@@ -136,8 +136,18 @@ class SourceTree:
 def file_component(name: str, tree: SourceTree, prefixes: Iterable[str]) -> Component:
     files: dict[str, str] = {}
     for prefix in prefixes:
-        files.update(tree.files_under(prefix))
+        found = tree.files_under(prefix)
+        files.update(found or _on_disk(tree.root, prefix))
     return Component(name, digest_json(files), detail=f"{len(files)} files", files=files)
+
+
+def _on_disk(root: Path, prefix: str) -> dict[str, str]:
+    """A declared input that git ignores (a folder extracted at run time, say): every
+    file under it, hashed from disk; nothing when it does not exist yet."""
+    base = root / prefix
+    paths = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+    return {p.relative_to(root).as_posix(): sha256_bytes(p.read_bytes()) for p in paths
+            if not _JUNK_PARTS & set(p.parts)}
 
 
 def artifact_component(artifacts: Path | None, patterns: Sequence[str]) -> Component:

@@ -29,6 +29,8 @@ class Unit:
     set_env: Mapping[str, str] = field(default_factory=dict)
     needs_gpu: bool = False  # fails without a GPU
     gpu_in_key: bool = False  # its result depends on the GPU there is (or that there is none)
+    # Tuning rewrites launch tables in the sources: an action, never replayed.
+    cacheable: bool = True
     inputs: tuple[str, ...] = ()  # extra files: repository-relative, or 'artifacts/…' globs
     outputs: tuple[str, ...] = ()  # logical globs: 'artifacts/…' or repository-relative
 
@@ -53,6 +55,7 @@ def target_unit(graph: Graph, target: Target) -> Unit:
         set_env=target.set_env,
         needs_gpu=gpu,
         gpu_in_key=gpu or target.kind == "report",
+        cacheable=target.kind != "tune",
         inputs=target.inputs,
         outputs=(*outputs, *target.outputs),
     )

@@ -194,3 +194,24 @@ def test_the_report_is_keyed_by_the_gpu_it_runs_on() -> None:
     assert "artifacts/bench-*.json" in report.inputs
     policy = units.target_unit(graph, graph.targets["policy"])
     assert not policy.gpu_in_key
+
+
+def test_an_ignored_declared_input_is_hashed_from_disk(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / ".gitignore").write_text("ignored.txt\n.upstream/\n")
+    tree = cache_key.SourceTree(root)
+    empty = cache_key.file_component("inputs", tree, [".upstream/swa"])
+    assert empty.files == {}
+    (root / ".upstream" / "swa").mkdir(parents=True)
+    (root / ".upstream" / "swa" / "kernel.py").write_text("extracted = 1\n")
+    found = cache_key.file_component("inputs", cache_key.SourceTree(root), [".upstream/swa"])
+    assert list(found.files) == [".upstream/swa/kernel.py"] and found.digest != empty.digest
+
+
+def test_tuning_is_never_replayed() -> None:
+    import targets
+    import units
+
+    graph = targets.load(Path(__file__).resolve().parents[2])
+    kinds = {t.kind: units.target_unit(graph, t).cacheable for t in graph.targets.values()}
+    assert kinds["tune"] is False and kinds["test"] and kinds["bench"] and kinds["report"]

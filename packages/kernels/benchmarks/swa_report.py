@@ -4,12 +4,13 @@
 prefill, 512 to 32768 rows) for vLLM 0.33.0's own launch and the launch the shipped SWA
 table resolves, in the same run (CUDA-graph replay medians), checks the outputs are
 identical, plots both against the empty launch + write floor, and adds the per-step C128A +
-SWA totals of the last ``swa-bench`` run when ``report/swa_bench.json`` is there.
+SWA totals of the last ``swa-bench`` run when ``bench-swa.json`` is in the artifacts folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import harness
@@ -85,7 +86,9 @@ def section(device: torch.device, arch: str, out: Path, gpu: str) -> tuple[str, 
                       f"{r['speedup']:.2f}x", f"{r['ideal_us']:.2f}",
                       "yes" if r["identical"] else "NO"] for r in rows]),
              "\n![SWA](swa.png)\n"]
-    bench = out / "swa_bench.json"
+    artifacts = Path(os.environ.get("DSV4_ARTIFACTS_DIR", Path(__file__).resolve().parents[3]
+                                    / "artifacts"))
+    bench = artifacts / "bench-swa.json"
     if bench.is_file():
         steps = json.loads(bench.read_text()).get("per_step", [])
         parts += ["\n### Per-step metadata, C128A + SWA (last swa-bench run)\n",

@@ -12,8 +12,8 @@ inputs, in the same process:
 - for ANCHORS.md's C128A shapes, the per-step metadata total (C128A + SWA) of ours is
   not above upstream's.
 
-Every number is written to ``report/swa_bench.json`` (``DSV4_SWA_RESULTS`` overrides)
-for the report and ``benchmarks/RESULTS.md``.
+Every number is written to ``bench-swa.json`` in the artifacts folder
+(``DSV4_SWA_RESULTS`` overrides) for the report and ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import swa_upstream
 from dsv4_policy import swa as policy
 
 REPO = Path(__file__).resolve().parents[3]
-OUT = Path(os.environ.get("DSV4_SWA_RESULTS", REPO / "report" / "swa_bench.json"))
+ARTIFACTS = Path(os.environ.get("DSV4_ARTIFACTS_DIR", REPO / "artifacts"))
+OUT = Path(os.environ.get("DSV4_SWA_RESULTS", ARTIFACTS / "bench-swa.json"))
 RESULTS: dict[str, object] = {}
 
 
