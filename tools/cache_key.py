@@ -28,6 +28,7 @@ environment is built.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import platform
@@ -110,9 +111,11 @@ class SourceTree:
                 ).stdout.decode()
                 names = sorted({n for n in out.split("\0") if n})
             except (OSError, subprocess.CalledProcessError):
+                ignored = _ignore_rules(self.root / ".gitignore")
                 names = sorted(
-                    str(p.relative_to(self.root)) for p in self.root.rglob("*")
-                    if p.is_file() and not _JUNK_PARTS & set(p.parts) and ".git" not in p.parts
+                    rel for p in self.root.rglob("*")
+                    if p.is_file()
+                    and not _ignored(rel := p.relative_to(self.root).as_posix(), ignored)
                 )
             self._listing = names
         return self._listing
@@ -122,7 +125,7 @@ class SourceTree:
         prefix = prefix.rstrip("/")
         out: dict[str, str] = {}
         for name in self._list():
-            if name != prefix and not name.startswith(prefix + "/"):
+            if prefix and name != prefix and not name.startswith(prefix + "/"):
                 continue
             if name not in self._digests:
                 path = self.root / name
@@ -131,6 +134,30 @@ class SourceTree:
                 self._digests[name] = sha256_bytes(path.read_bytes())
             out[name] = self._digests[name]
         return out
+
+
+def _ignore_rules(gitignore: Path) -> list[tuple[str, bool]]:
+    """(pattern, anchored) pairs of a .gitignore, for trees that are not git checkouts
+    (a copy of the working tree on a GPU runner): enough of git's rules for plain
+    names, globs and root-anchored paths."""
+    rules = [(".git", False)]
+    if gitignore.is_file():
+        for line in gitignore.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith(("#", "!")):
+                rules.append((line.strip("/"), line.startswith("/")))
+    return rules
+
+
+def _ignored(rel: str, rules: list[tuple[str, bool]]) -> bool:
+    parts = rel.split("/")
+    for pattern, anchored in rules:
+        if anchored:
+            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(rel, pattern + "/*"):
+                return True
+        elif any(fnmatch.fnmatch(part, pattern) for part in parts):
+            return True
+    return False
 
 
 def file_component(name: str, tree: SourceTree, prefixes: Iterable[str]) -> Component:

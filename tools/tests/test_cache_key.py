@@ -215,3 +215,20 @@ def test_tuning_is_never_replayed() -> None:
     graph = targets.load(Path(__file__).resolve().parents[2])
     kinds = {t.kind: units.target_unit(graph, t).cacheable for t in graph.targets.values()}
     assert kinds["tune"] is False and kinds["test"] and kinds["bench"] and kinds["report"]
+
+
+def test_outside_git_the_gitignore_still_decides(tmp_path: Path) -> None:
+    root = tmp_path / "copy"  # a copy of the working tree, as a GPU runner receives it
+    (root / "packages" / "app").mkdir(parents=True)
+    (root / ".gitignore").write_text(".nox/\n/artifacts/\n*.pyc\n# comment\n")
+    (root / "packages" / "app" / "m.py").write_text("X = 1\n")
+    (root / "packages" / "app" / "m.pyc").write_bytes(b"\x00")
+    (root / "packages" / "app" / ".nox" / "x").mkdir(parents=True)
+    (root / "packages" / "app" / ".nox" / "x" / "f").write_text("env\n")
+    (root / "artifacts").mkdir()
+    (root / "artifacts" / "junit.xml").write_text("<x/>")
+    (root / "packages" / "app" / "artifacts").mkdir()
+    (root / "packages" / "app" / "artifacts" / "kept.txt").write_text("not anchored here\n")
+    tree = cache_key.SourceTree(root)
+    assert sorted(tree.files_under("")) == [
+        ".gitignore", "packages/app/artifacts/kept.txt", "packages/app/m.py"]
