@@ -329,7 +329,10 @@ def _full_fingerprint(session: nox.Session, chosen: list[target_graph.Target]) -
         data["versions"], data["version_drift"] = _drift(session, chosen)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / f"{session.name}-fingerprint.json").write_text(json.dumps(data, indent=2) + "\n")
-    session.log(f"GPU fingerprint: {json.dumps(data)}")
+    shown = {k: v for k, v in data.items() if k != "versions"}
+    shown["version_drift"] = len(data.get("version_drift", []))
+    session.log(f"GPU fingerprint: {json.dumps(shown)} (in full: "
+                f"{ARTIFACTS / f'{session.name}-fingerprint.json'})")
     return data
 
 
