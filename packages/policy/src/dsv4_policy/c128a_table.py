@@ -9,10 +9,8 @@ captured. The shipped table lives in ``dsv4_policy/tables/c128a.toml``.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from dsv4_policy import launch_table
 from dsv4_policy.arch import ARCH_ACCEPTED, ARCH_PATTERN
@@ -24,17 +22,12 @@ from dsv4_policy.launch_table import (
     MAX_ELEMENTS_PER_THREAD,
     WARPS,
     Split,
-    elements_problem,
-    warps_problem,
+    tile_shape_problems,
 )
-from dsv4_policy.launch_table import power_of_two_problem as _power_of_two_problem
 from dsv4_policy.table import (
     Entry,
     KeyField,
     Schema,
-    Table,
-    load,
-    loads,
     what,
 )
 
@@ -46,21 +39,8 @@ def tile_problems(
     tokens_per_program: object, cols_per_program: object, num_warps: object, split_width: object,
 ) -> list[tuple[str, str]]:
     """``(field, message)`` for every invalid tile field; empty when the tile is valid."""
-    found = []
-    problem = _power_of_two_problem("tokens_per_program", tokens_per_program, 1, 256)
-    if problem:
-        found.append(("tokens_per_program", problem))
-    problem = _power_of_two_problem("cols_per_program", cols_per_program, 128, 8192)
-    if problem:
-        found.append(("cols_per_program", problem))
-    problem = warps_problem(num_warps)
-    if problem:
-        found.append(("num_warps", problem))
-    if not found:
-        problem = elements_problem(tokens_per_program, cols_per_program,  # type: ignore[arg-type]
-                                   num_warps)  # type: ignore[arg-type]
-        if problem:
-            found.append(("cols_per_program", problem))
+    found = tile_shape_problems(tokens_per_program, cols_per_program, num_warps,
+                                min_cols=128, max_cols=8192)
     if type(split_width) is not bool:
         found.append(("split_width", f"split_width must be a boolean (true or false); "
                                      f"got {what(split_width)}"))
@@ -164,37 +144,13 @@ SCHEMA: Schema[Tile] = launch_table.kernel_schema(
     config_to_toml=_tile_toml, compile=_compile,
 )
 
-SHIPPED = "tables/c128a.toml"
-
-
-def make_table(entries: Iterable[Entry[Tile]] = (), source: str = "<memory>") -> Table[Tile]:
-    """A validated C128A table built in code (raises TableError on any problem)."""
-    return Table(SCHEMA, entries, source=source)
-
-
-def load_table(path: str | Path) -> Table[Tile]:
-    """Read and validate a C128A table file."""
-    return load(path, SCHEMA)
-
-
-def loads_table(text: str, source: str = "<string>") -> Table[Tile]:
-    """Parse and validate C128A table text."""
-    return loads(text, SCHEMA, source)
-
-
-@functools.cache
-def shipped_table() -> Table[Tile]:
-    """The table shipped inside the package (``dsv4_policy/tables/c128a.toml``), cached."""
-    return launch_table.load_shipped(SHIPPED, SCHEMA)
-
-
-def render_table(entries: Iterable[Entry[Tile]], header_comment: str = "") -> str:
-    """C128A table TOML text for ``entries``; it loads back to equal entries.
-
-    The entries are validated first (TableError on any problem), so a tuner can never
-    write a table that the loader would refuse.
-    """
-    return launch_table.render(make_table(entries, source="<render_table>"), header_comment)
+FILES = launch_table.TableFiles(SCHEMA, "tables/c128a.toml")
+SHIPPED = FILES.shipped
+make_table = FILES.make_table
+load_table = FILES.load_table
+loads_table = FILES.loads_table
+shipped_table = FILES.shipped_table
+render_table = FILES.render_table
 
 
 __all__ = [

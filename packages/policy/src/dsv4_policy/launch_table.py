@@ -9,7 +9,8 @@ on which kernel it is lives here, once:
   each kernel schema's ``check_entry`` hook, so a new rule here applies to every
   registered kernel at once);
 - the hot-path index (:class:`Split` trees of integer boxes, per arch);
-- rendering entries back to TOML, and loading a kernel's shipped table;
+- rendering entries back to TOML, and reading and writing a kernel's tables
+  (:class:`TableFiles`);
 - :class:`KernelSpec`, what a kernel hands to :mod:`dsv4_policy.registry`.
 
 A kernel module then only states its key fields, its tile, its baseline and its
@@ -22,11 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from itertools import product
+from pathlib import Path
 from typing import Any
 
 from dsv4_policy import toml_out
 from dsv4_policy.conditions import INT_MAX, Condition, Range, expand
-from dsv4_policy.table import SCHEMA_VERSION, Entry, KeyField, Schema, Table, loads, what
+from dsv4_policy.table import SCHEMA_VERSION, Entry, KeyField, Schema, Table, load, loads, what
 
 WARPS = (1, 2, 4, 8, 16)
 MAX_ELEMENTS_PER_THREAD = 128
@@ -65,6 +67,30 @@ def elements_problem(tokens_per_program: int, cols_per_program: int, num_warps: 
             f"exceeds {MAX_ELEMENTS_PER_THREAD} elements per thread "
             f"({MAX_ELEMENTS_PER_THREAD} * 32 * num_warps = {limit}); use more warps or a "
             f"smaller tile")
+
+
+def tile_shape_problems(
+    tokens_per_program: object, cols_per_program: object, num_warps: object,
+    *, min_cols: int, max_cols: int,
+) -> list[tuple[str, str]]:
+    """``(field, message)`` for the tile fields every kernel shares: tokens and columns
+    per program (powers of two), warps, and the elements-per-thread limit."""
+    found = []
+    problem = power_of_two_problem("tokens_per_program", tokens_per_program, 1, 256)
+    if problem:
+        found.append(("tokens_per_program", problem))
+    problem = power_of_two_problem("cols_per_program", cols_per_program, min_cols, max_cols)
+    if problem:
+        found.append(("cols_per_program", problem))
+    problem = warps_problem(num_warps)
+    if problem:
+        found.append(("num_warps", problem))
+    if not found:
+        problem = elements_problem(tokens_per_program, cols_per_program,  # type: ignore[arg-type]
+                                   num_warps)  # type: ignore[arg-type]
+        if problem:
+            found.append(("cols_per_program", problem))
+    return found
 
 
 # --------------------------------------------------------------------------- boxes
@@ -273,6 +299,42 @@ def load_shipped(path: str, schema: Schema[Any]) -> Table[Any]:
     """The table file ``path`` (relative to the ``dsv4_policy`` package), validated."""
     ref = resources.files("dsv4_policy").joinpath(path)
     return loads(ref.read_text(encoding="utf-8"), schema, source=str(ref))
+
+
+class TableFiles:
+    """Reading and writing one kernel's tables: bound once to its schema and shipped file,
+    so that each kernel module exposes ``make_table``, ``load_table``, ``loads_table``,
+    ``shipped_table`` and ``render_table`` without writing them again."""
+
+    def __init__(self, schema: Schema[Any], shipped: str) -> None:
+        self.schema = schema
+        self.shipped = shipped
+        self._shipped: Table[Any] | None = None
+
+    def make_table(self, entries: Iterable[Entry[Any]] = (),
+                   source: str = "<memory>") -> Table[Any]:
+        """A validated table built in code (raises TableError on any problem)."""
+        return Table(self.schema, entries, source=source)
+
+    def load_table(self, path: str | Path) -> Table[Any]:
+        """Read and validate a table file."""
+        return load(path, self.schema)
+
+    def loads_table(self, text: str, source: str = "<string>") -> Table[Any]:
+        """Parse and validate table text."""
+        return loads(text, self.schema, source)
+
+    def shipped_table(self) -> Table[Any]:
+        """The table shipped inside the package, read once and kept."""
+        if self._shipped is None:
+            self._shipped = load_shipped(self.shipped, self.schema)
+        return self._shipped
+
+    def render_table(self, entries: Iterable[Entry[Any]], header_comment: str = "") -> str:
+        """Table TOML text for ``entries``; it loads back to equal entries. The entries are
+        validated first (TableError on any problem), so a tuner can never write a table
+        that the loader would refuse."""
+        return render(self.make_table(entries, source="<render_table>"), header_comment)
 
 
 # --------------------------------------------------------------------------- registration

@@ -8,15 +8,13 @@ an output. The shipped table lives in ``dsv4_policy/tables/swa.toml``.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from dsv4_policy import launch_table
 from dsv4_policy.arch import ARCH_ACCEPTED, ARCH_PATTERN
-from dsv4_policy.launch_table import elements_problem, power_of_two_problem, warps_problem
-from dsv4_policy.table import Entry, KeyField, Schema, Table, load, loads, what
+from dsv4_policy.launch_table import tile_shape_problems
+from dsv4_policy.table import Entry, KeyField, Schema, what
 
 CompileKey = tuple[int, int, int, int]
 """(tokens_per_program, cols_per_program, num_warps, has_image): what selects one binary."""
@@ -29,21 +27,8 @@ def tile_problems(
     tokens_per_program: object, cols_per_program: object, num_warps: object,
 ) -> list[tuple[str, str]]:
     """``(field, message)`` for every invalid tile field; empty when the tile is valid."""
-    found = []
-    problem = power_of_two_problem("tokens_per_program", tokens_per_program, 1, 256)
-    if problem:
-        found.append(("tokens_per_program", problem))
-    problem = power_of_two_problem("cols_per_program", cols_per_program, MIN_COLS, MAX_COLS)
-    if problem:
-        found.append(("cols_per_program", problem))
-    problem = warps_problem(num_warps)
-    if problem:
-        found.append(("num_warps", problem))
-    if not found:
-        problem = elements_problem(tokens_per_program, cols_per_program,  # type: ignore[arg-type]
-                                   num_warps)  # type: ignore[arg-type]
-        if problem:
-            found.append(("cols_per_program", problem))
+    found = tile_shape_problems(tokens_per_program, cols_per_program, num_warps,
+                                min_cols=MIN_COLS, max_cols=MAX_COLS)
     return found
 
 
@@ -129,33 +114,13 @@ SCHEMA: Schema[Tile] = launch_table.kernel_schema(
     "swa", FIELDS, parse_config=_parse_tile, check_config=_check_tile,
     config_to_toml=_tile_toml, compile=_compile,
 )
-SHIPPED = "tables/swa.toml"
-
-
-def make_table(entries: Iterable[Entry[Tile]] = (), source: str = "<memory>") -> Table[Tile]:
-    """A validated SWA table built in code (raises TableError on any problem)."""
-    return Table(SCHEMA, entries, source=source)
-
-
-def load_table(path: str | Path) -> Table[Tile]:
-    """Read and validate an SWA table file."""
-    return load(path, SCHEMA)
-
-
-def loads_table(text: str, source: str = "<string>") -> Table[Tile]:
-    """Parse and validate SWA table text."""
-    return loads(text, SCHEMA, source)
-
-
-@functools.cache
-def shipped_table() -> Table[Tile]:
-    """The table shipped inside the package (``dsv4_policy/tables/swa.toml``), cached."""
-    return launch_table.load_shipped(SHIPPED, SCHEMA)
-
-
-def render_table(entries: Iterable[Entry[Tile]], header_comment: str = "") -> str:
-    """SWA table TOML text for ``entries`` (validated first); it loads back to equal entries."""
-    return launch_table.render(make_table(entries, source="<render_table>"), header_comment)
+FILES = launch_table.TableFiles(SCHEMA, "tables/swa.toml")
+SHIPPED = FILES.shipped
+make_table = FILES.make_table
+load_table = FILES.load_table
+loads_table = FILES.loads_table
+shipped_table = FILES.shipped_table
+render_table = FILES.render_table
 
 
 __all__ = [
