@@ -26,11 +26,10 @@ from dsv4_policy import c128a as policy_c128a
 from dsv4_policy.c128a import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.arch import DeviceArch
 from dsv4_vllm.guard import EXPECTED_PARAMETERS
+from dsv4_vllm.policy_dispatch import ArchOf, PolicyDispatch, device_token
 from dsv4_vllm.warmup import warm_compile_keys
 
-ArchOf = Callable[[torch.device], "str | None"]
 Resolver = Callable[[Key], Launch]
 Warm = Callable[..., int]
 
@@ -88,21 +87,16 @@ def _prepared(tpp: int, cpp: int, warps: int, split: bool) -> Callable[..., Any]
     return kernels_c128a.prepare(tpp, cpp, warps, split)
 
 
-def _device_token(device: torch.device | str) -> str:
-    """One spelling per device: ``cuda`` without an index means the current one."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return f"cuda:{torch.cuda.current_device()}"
-    return str(device)
-
-
-class C128ADispatch:
+class C128ADispatch(PolicyDispatch):
     """Drop-in for ``build_c128a_topk_metadata``: table hits run dsv4 kernels.
 
     ``resolve`` (a ``Key -> Launch`` function) and ``arch_of`` (a ``torch.device ->
     "smXY" | None`` function) are injectable, so the decision can be tested on a
     machine without a GPU. ``table`` is the policy table; ``None`` is the shipped one.
     """
+
+    policy = policy_c128a
+    default_warm = staticmethod(warm_compile_keys)
 
     def __init__(
         self,
@@ -115,40 +109,9 @@ class C128ADispatch:
         lazy_warmup: bool = True,
     ) -> None:
         functools.update_wrapper(self, original)
-        self.original = original
-        self.table = table
-        self.arch_of: ArchOf = arch_of if arch_of is not None else DeviceArch()
-        self._resolve: Resolver = resolve if resolve is not None else self._shipped_resolve
-        self._warm = warm
-        self.lazy_warmup = lazy_warmup
-        self.enabled = True
-        self.hits = 0
-        self.misses = 0
+        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
+                          lazy_warmup=lazy_warmup)
         self.max_model_lens: dict[tuple[int, int], int] = {}
-        self._warmed: set[tuple[str, int, str]] = set()
-        self._decisions: dict[tuple[Any, ...], Decision | None] = {}
-
-    def _shipped_resolve(self, key: Key) -> Launch:
-        return policy_c128a.resolve(key, self.table)
-
-    def configure(
-        self,
-        *,
-        table: Table | None = _UNSET,
-        resolve: Resolver | None = _UNSET,
-        arch_of: ArchOf | None = _UNSET,
-        warm: Warm | None = _UNSET,
-    ) -> None:
-        """Swap the table, resolver, arch source or warm-up (``None``: the default)."""
-        if table is not _UNSET:
-            self.table = table
-        if resolve is not _UNSET:
-            self._resolve = resolve if resolve is not None else self._shipped_resolve
-        if arch_of is not _UNSET:
-            self.arch_of = arch_of if arch_of is not None else DeviceArch()
-        if warm is not _UNSET:
-            self._warm = warm if warm is not None else warm_compile_keys
-        self._decisions.clear()
 
     # -- deployment facts, recorded while vLLM starts ---------------------------------
 
@@ -181,7 +144,7 @@ class C128ADispatch:
         A failed warm-up turns the patch off for the rest of the process, so vLLM's
         own function serves every later call instead of a half-compiled table.
         """
-        token = (arch, max_model_len, _device_token(device))
+        token = (arch, max_model_len, device_token(device))
         if token in self._warmed:
             return True
         try:
@@ -293,7 +256,7 @@ class C128ADispatch:
             logger.warning("dsv4: the kernel refuses the tile of %s; using vLLM's kernel",
                            launch.source, exc_info=True)
             return None
-        return Decision(launch, arch, max_model_len, (arch, max_model_len, _device_token(device)),
+        return Decision(launch, arch, max_model_len, (arch, max_model_len, device_token(device)),
                         build, launch.width, launch.decode_view_width)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -27,9 +27,8 @@ from dsv4_policy import swa as policy_swa
 from dsv4_policy.swa import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.arch import DeviceArch
+from dsv4_vllm.policy_dispatch import ArchOf, PolicyDispatch, device_token
 
-ArchOf = Callable[[torch.device], "str | None"]
 Resolver = Callable[[Key], Launch]
 Warm = Callable[..., int]
 
@@ -76,19 +75,16 @@ class Decision(NamedTuple):
     warm_token: tuple[Any, ...] | None
 
 
-def _device_token(device: torch.device) -> str:
-    if device.type == "cuda" and device.index is None:
-        return f"cuda:{torch.cuda.current_device()}"
-    return str(device)
-
-
-class SWADispatch:
+class SWADispatch(PolicyDispatch):
     """Drop-in for vLLM's SWA indices-and-lens kernel object: table hits run dsv4's kernel.
 
     ``resolve`` (``Key -> Launch``), ``arch_of`` (``torch.device -> "smXY" | None``) and
     ``warm`` are injectable so the decision can be tested without a GPU; ``table`` None
     is the shipped SWA table.
     """
+
+    policy = policy_swa
+    default_warm = staticmethod(warm_swa_compile_keys)
 
     def __init__(
         self,
@@ -100,20 +96,11 @@ class SWADispatch:
         warm: Warm = warm_swa_compile_keys,
         lazy_warmup: bool = True,
     ) -> None:
-        self.original = original
+        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
+                          lazy_warmup=lazy_warmup)
         # inspect.signature(dispatch) is vLLM's __call__ signature.
         self.__wrapped__ = original.__call__
-        self.table = table
-        self.arch_of: ArchOf = arch_of if arch_of is not None else DeviceArch()
-        self._resolve: Resolver = resolve if resolve is not None else self._shipped_resolve
-        self._warm = warm
-        self.lazy_warmup = lazy_warmup
-        self.enabled = True
-        self.hits = 0
-        self.misses = 0
         self.deployments: dict[tuple[int, int], int] = {}
-        self._warmed: set[tuple[Any, ...]] = set()
-        self._decisions: dict[tuple[Any, ...], Decision | None] = {}
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this object does not have: vLLM's own API on the object.
@@ -123,28 +110,6 @@ class SWADispatch:
 
     def __repr__(self) -> str:
         return f"SWADispatch({self.original!r})"
-
-    def _shipped_resolve(self, key: Key) -> Launch:
-        return policy_swa.resolve(key, self.table)
-
-    def configure(
-        self,
-        *,
-        table: Table | None = _UNSET,
-        resolve: Resolver | None = _UNSET,
-        arch_of: ArchOf | None = _UNSET,
-        warm: Warm | None = _UNSET,
-    ) -> None:
-        """Swap the table, resolver, arch source or warm-up (``None``: the default)."""
-        if table is not _UNSET:
-            self.table = table
-        if resolve is not _UNSET:
-            self._resolve = resolve if resolve is not None else self._shipped_resolve
-        if arch_of is not _UNSET:
-            self.arch_of = arch_of if arch_of is not None else DeviceArch()
-        if warm is not _UNSET:
-            self._warm = warm if warm is not None else warm_swa_compile_keys
-        self._decisions.clear()
 
     # -- deployment facts, recorded while vLLM starts ---------------------------------
 
@@ -160,7 +125,7 @@ class SWADispatch:
     def warm_once(self, arch: str, window_size: int, block_size: int, max_image_tokens: int,
                   device: torch.device) -> bool:
         """Warm one deployment unless done; ``False`` (and the patch off) if it failed."""
-        token = (arch, window_size, block_size, max_image_tokens, _device_token(device))
+        token = (arch, window_size, block_size, max_image_tokens, device_token(device))
         if token in self._warmed:
             return True
         try:
@@ -251,7 +216,7 @@ class SWADispatch:
         if not self.lazy_warmup or token is None:
             return True
         arch, window_size, block_size, image, device = token
-        if (arch, window_size, block_size, image, _device_token(device)) in self._warmed:
+        if (arch, window_size, block_size, image, device_token(device)) in self._warmed:
             return True
         if indices.is_cuda and torch.cuda.is_current_stream_capturing():
             return True
