@@ -105,6 +105,12 @@ class SourceTree:
     def _list(self) -> list[str]:
         if self._listing is None:
             try:
+                top = subprocess.run(
+                    ["git", "rev-parse", "--show-toplevel"],
+                    cwd=self.root, capture_output=True, check=True, text=True,
+                ).stdout.strip()
+                if Path(top).resolve() != self.root:  # a folder inside another checkout
+                    raise subprocess.CalledProcessError(1, "git rev-parse")
                 out = subprocess.run(
                     ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                     cwd=self.root, capture_output=True, check=True,

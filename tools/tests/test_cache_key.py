@@ -217,7 +217,12 @@ def test_tuning_is_never_replayed() -> None:
     assert kinds["tune"] is False and kinds["test"] and kinds["bench"] and kinds["report"]
 
 
-def test_outside_git_the_gitignore_still_decides(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inside_another_checkout", [False, True])
+def test_outside_git_the_gitignore_still_decides(tmp_path: Path,
+                                                 inside_another_checkout: bool) -> None:
+    if inside_another_checkout:  # e.g. a copy left in an ignored folder of a checkout
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+        (tmp_path / ".gitignore").write_text("copy/\n")
     root = tmp_path / "copy"  # a copy of the working tree, as a GPU runner receives it
     (root / "packages" / "app").mkdir(parents=True)
     (root / ".gitignore").write_text(".nox/\n/artifacts/\n*.pyc\n# comment\n")
