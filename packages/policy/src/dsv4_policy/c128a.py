@@ -22,6 +22,7 @@ from __future__ import annotations
 from bisect import bisect_right as _bisect
 from dataclasses import dataclass
 
+from dsv4_policy import launch_table
 from dsv4_policy.arch import _MAJOR, arch_major
 from dsv4_policy.c128a_table import (
     BASELINE_TILE,
@@ -40,7 +41,7 @@ from dsv4_policy.c128a_table import (
 )
 from dsv4_policy.conditions import INT_MAX, Range, contains
 from dsv4_policy.launch_table import DeploymentParam, KernelSpec
-from dsv4_policy.table import Entry, Table, TableError, what
+from dsv4_policy.table import Entry, Table, TableError
 
 _set = object.__setattr__
 _new = object.__new__
@@ -92,19 +93,7 @@ class Key:
 
 def _explain_key(key: Key) -> None:
     """Raise ValueError naming the first invalid field of ``key`` and what it accepts."""
-    for f in FIELDS:
-        value = getattr(key, f.name)
-        if f.type is str:
-            try:
-                arch_major(value)
-            except ValueError as exc:
-                raise ValueError(f"Key.{f.name}: {exc}") from None
-        elif type(value) is not int:
-            raise ValueError(f"Key.{f.name} must be an integer >= {f.minimum}; got {what(value)}")
-        else:
-            problem = f.value_problem(value)
-            if problem:
-                raise ValueError(f"Key.{f.name}: {problem}")
+    launch_table.explain_key(key, FIELDS)
 
 
 @dataclass(frozen=True)

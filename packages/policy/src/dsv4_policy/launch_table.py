@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4_policy import toml_out
+from dsv4_policy.arch import arch_major
 from dsv4_policy.conditions import INT_MAX, Condition, Range, expand
 from dsv4_policy.table import SCHEMA_VERSION, Entry, KeyField, Schema, Table, load, loads, what
 
@@ -39,6 +40,36 @@ MAX_BOXES = 1024
 """An entry's sets may expand to at most this many (value-run) boxes in the fast index."""
 LEAF_SIZE = 3
 MAX_DEPTH = 4
+
+
+# --------------------------------------------------------------------------- keys
+def explain_key(
+    key: object,
+    fields: Iterable[KeyField],
+    checks: Mapping[str, Callable[[int], str | None]] | None = None,
+) -> None:
+    """Raise ValueError naming the first invalid field of ``key`` and what it accepts.
+
+    The slow path of every kernel's key constructor: the fast path is one expression,
+    and only a failure pays for the explanation. ``checks`` adds a kernel's own rule
+    for a field (a full message, or None when the value is fine)."""
+    for f in fields:
+        value = getattr(key, f.name)
+        if f.type is str:
+            try:
+                arch_major(value)
+            except ValueError as exc:
+                raise ValueError(f"Key.{f.name}: {exc}") from None
+        elif type(value) is not int:
+            raise ValueError(f"Key.{f.name} must be an integer >= {f.minimum}; got {what(value)}")
+        else:
+            special = (checks or {}).get(f.name)
+            problem = special(value) if special is not None else None
+            if problem:
+                raise ValueError(problem)
+            problem = f.value_problem(value)
+            if problem:
+                raise ValueError(f"Key.{f.name}: {problem}")
 
 
 # --------------------------------------------------------------------------- tile values

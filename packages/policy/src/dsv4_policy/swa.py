@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_right as _bisect
 from dataclasses import dataclass
 
+from dsv4_policy import launch_table
 from dsv4_policy.arch import _MAJOR, arch_major
 from dsv4_policy.conditions import INT_MAX, Range, contains
 from dsv4_policy.launch_table import DeploymentParam, KernelSpec, Split
@@ -79,21 +80,9 @@ class Key:
 
 def _explain_key(key: Key) -> None:
     """Raise ValueError naming the first invalid field of ``key`` and what it accepts."""
-    for f in FIELDS:
-        value = getattr(key, f.name)
-        if f.type is str:
-            try:
-                arch_major(value)
-            except ValueError as exc:
-                raise ValueError(f"Key.{f.name}: {exc}") from None
-        elif type(value) is not int:
-            raise ValueError(f"Key.{f.name} must be an integer >= {f.minimum}; got {what(value)}")
-        elif f.name == "has_image" and value not in (0, 1):
-            raise ValueError(f"Key.has_image must be 0 or 1; got {value}")
-        else:
-            problem = f.value_problem(value)
-            if problem:
-                raise ValueError(f"Key.{f.name}: {problem}")
+    launch_table.explain_key(key, FIELDS, {
+        "has_image": lambda v: None if v in (0, 1) else f"Key.has_image must be 0 or 1; got {v}",
+    })
 
 
 @dataclass(frozen=True)
