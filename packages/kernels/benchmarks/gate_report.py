@@ -83,3 +83,10 @@ def floor_verdicts(floor: Mapping[str, Mapping], limit_pct: float) -> tuple[list
             misses.append(f"{name}: {r['pct_of_ideal']:.0f}% of (empty launch + write floor); "
                           f"torch's fill_ of the same view {fill_pct:.0f}%")
     return failures, misses
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: one header row, one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)

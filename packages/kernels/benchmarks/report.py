@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from gate_report import md_table
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -202,12 +203,6 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 
 # ----------------------------------------------------------------------------- output
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def gpu_markdown(machine: dict, rows: list[dict], warm: dict) -> str:
     head = (f"# C128A top-k metadata: launch report\n\n"
             f"{time.strftime('%Y-%m-%d', time.gmtime())} · {machine['gpu']} ({machine['arch']}) · "
@@ -220,7 +215,7 @@ def gpu_markdown(machine: dict, rows: list[dict], warm: dict) -> str:
             f"{machine['copy_bandwidth_tb_s']:.2f} TB/s. '% of ideal' is ours against "
             f"(empty launch + write floor), where the write floor is T × width × 4 bytes "
             f"plus the lengths over the copy bandwidth.\n\n")
-    table = _md_table(
+    table = md_table(
         ["shape", "tokens", "width", "capacity", "baseline", "ours", "vs capacity",
          "vs baseline", "write floor", "% of ideal", "do_bench base / ours", "identical",
          "launch"],
@@ -267,12 +262,12 @@ def cpu_markdown(check: list[dict], launches: list[dict], manifests: list[dict])
              "checks correctness in the Triton interpreter and shows what the policy "
              "decides. Run `nox -s report` on a GPU machine for the timing table and plot.\n",
              "## Interpreter check: kernel against the reference\n",
-             _md_table(["case", "decode", "prefill", "context", "width", "tile", "identical"],
+             md_table(["case", "decode", "prefill", "context", "width", "tile", "identical"],
                        [[c["case"], str(c["decode"]), str(c["prefill"]), str(c["context"]),
                          str(c["width"]), str(c["tile"]), "yes" if c["identical"] else "NO"]
                         for c in check]),
              "\n## Resolved launches for sample deployments (shipped table)\n",
-             _md_table(["arch", "max_model_len", "decode", "prefill", "width", "row stride",
+             md_table(["arch", "max_model_len", "decode", "prefill", "width", "row stride",
                         "decode view", "tile (tpp, cpp, warps, split)", "source"],
                        [[r["arch"], str(r["max_model_len"]), str(r["decode"]),
                          str(r["prefill"]), str(r["width"]), str(r["row_stride"]),

@@ -14,11 +14,11 @@ tokens behind random prefixes.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import harness
 import swa_upstream
 import torch
 from dsv4_kernels import swa
@@ -103,6 +103,11 @@ BASELINE = "upstream"
 """The tile label of vLLM 0.33.0's own launch in measurements and tuner candidates."""
 
 
+def graph_us(fn: Callable[[], object], launches: int = 20, reps: int = 15) -> float:
+    """:func:`harness.graph_us` with the SWA benchmarks' defaults (20 launches, 15 replays)."""
+    return harness.graph_us(fn, launches_per_graph=launches, reps=reps)
+
+
 def runner(call: SwaCall, tile: object, upstream_kernel: object) -> Callable[[], None]:
     """One launch: vLLM's own (``tile == BASELINE``) or dsv4's kernel with ``tile``."""
     args, kwargs = call.args(), call.kwargs()
@@ -113,29 +118,6 @@ def runner(call: SwaCall, tile: object, upstream_kernel: object) -> Callable[[],
         *args, **kwargs, tokens_per_program=tpp, cols_per_program=cpp, num_warps=warps)
 
 
-def graph_us(fn: Callable[[], object], launches: int = 20, reps: int = 15) -> float:
-    """Median µs per launch over replays of a CUDA graph of ``launches`` launches."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    graph.replay()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / launches)
-    del graph
-    return statistics.median(times)
 
 
 def outputs_equal(call: SwaCall, tile: object, upstream_kernel: object) -> bool:
@@ -174,9 +156,10 @@ class Measure:
         key = tuple(sorted(point.items()))
         n = self._scale.get(key)
         if n is None:
-            one = graph_us(runner(call, BASELINE, self.upstream), launches=4, reps=3)
+            one = harness.graph_us(runner(call, BASELINE, self.upstream), launches_per_graph=4,
+                                 reps=3)
             n = self._scale[key] = max(4, min(50, int(self.target_us / max(one, 1.0))))
-        return graph_us(runner(call, tile, self.upstream), launches=n)
+        return harness.graph_us(runner(call, tile, self.upstream), launches_per_graph=n, reps=15)
 
 
 def resolved_tile(shape: SwaShape, arch: str, table: object | None = None) -> object:

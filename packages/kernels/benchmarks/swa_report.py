@@ -17,6 +17,7 @@ import harness
 import swa_harness as h
 import swa_upstream
 import torch
+from gate_report import md_table
 
 TOKENS = (1, 512, 2048, 8192, 32768)
 
@@ -33,8 +34,9 @@ def measure(device: torch.device, arch: str) -> list[dict]:
             shape = h.SwaShape(tokens, prefill)
             call = h.make_call(shape, device)
             tile = h.resolved_tile(shape, arch)
-            up = h.graph_us(h.runner(call, h.BASELINE, kernel))
-            ours = up if tile == h.BASELINE else h.graph_us(h.runner(call, tile, kernel))
+            up = harness.graph_us(h.runner(call, h.BASELINE, kernel), reps=15)
+            ours = up if tile == h.BASELINE else harness.graph_us(h.runner(call, tile, kernel),
+                                                                 reps=15)
             rows.append({"shape": shape.name, "phase": "prefill" if prefill else "decode",
                          "tokens": tokens, "tile": str(tile), "upstream_us": up,
                          "table_us": ours, "speedup": up / ours,
@@ -70,17 +72,12 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def section(device: torch.device, arch: str, out: Path, gpu: str) -> tuple[str, list[dict]]:
     """Markdown for the report (and the rows), with ``swa.png`` written into ``out``."""
     rows = measure(device, arch)
     plot(rows, out / "swa.png", f"SWA indices and lens on {gpu}")
     parts = ["\n## SWA indices and lens: vLLM 0.33.0 against the table\n",
-             _table(["call", "tile", "vLLM 0.33.0 µs", "table µs", "speed-up", "ideal µs",
+             md_table(["call", "tile", "vLLM 0.33.0 µs", "table µs", "speed-up", "ideal µs",
                      "identical"],
                     [[r["shape"], r["tile"], f"{r['upstream_us']:.2f}", f"{r['table_us']:.2f}",
                       f"{r['speedup']:.2f}x", f"{r['ideal_us']:.2f}",
@@ -92,7 +89,7 @@ def section(device: torch.device, arch: str, out: Path, gpu: str) -> tuple[str, 
     if bench.is_file():
         steps = json.loads(bench.read_text()).get("per_step", [])
         parts += ["\n### Per-step metadata, C128A + SWA (last swa-bench run)\n",
-                  _table(["step", "upstream µs", "ours µs", "speed-up"],
+                  md_table(["step", "upstream µs", "ours µs", "speed-up"],
                          [[s["shape"], f"{s['total_upstream_us']:.2f}",
                            f"{s['total_ours_us']:.2f}", f"{s['speedup']:.2f}x"]
                           for s in steps])]

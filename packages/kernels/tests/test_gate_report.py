@@ -72,3 +72,9 @@ def test_floor_verdicts_fail_only_where_the_vendor_fill_does_better() -> None:
     assert [m.split(":")[0] for m in misses] == ["pattern-bound"]
     assert "206% of (empty launch + write floor); torch's fill_ of the same view 250%" in misses[0]
     assert gate_report.floor_verdicts({"within": floor["within"]}, 150.0) == ([], [])
+
+
+def test_md_table_has_one_line_per_row() -> None:
+    text = gate_report.md_table(["call", "µs"], [["decode", "1.50"], ["prefill", "2.25"]])
+    assert text.splitlines() == ["| call | µs |", "|---|---|", "| decode | 1.50 |",
+                                 "| prefill | 2.25 |"]
