@@ -44,7 +44,9 @@ def key_markdown(summary: Mapping) -> str:
 def _floor_cell(r: Mapping) -> str:
     base = 100 * r["baseline_us"] / r["ideal_us"]
     fill = f", fill {100 * r['fill_us'] / r['ideal_us']:.0f}%" if "fill_us" in r else ""
-    return f"{r['pct_of_ideal']:.0f}% ({base:.0f}%{fill})"
+    store = (f", store-only {100 * r['store_only_us'] / r['ideal_us']:.0f}%"
+             if "store_only_us" in r else "")
+    return f"{r['pct_of_ideal']:.0f}% ({base:.0f}%{fill}{store})"
 
 
 def floor_markdown(floor: Mapping[str, Mapping]) -> str:
@@ -53,7 +55,8 @@ def floor_markdown(floor: Mapping[str, Mapping]) -> str:
     tokens = sorted({r["tokens"] for r in floor.values()})
     by = {(r["width"], r["tokens"]): r for r in floor.values()}
     lines = ["Prefill, % of (empty launch + write floor), GPU time; table launch (in "
-             "brackets: the baseline launch, and torch's fill_ of the same strided view):", "",
+             "brackets: the baseline launch, torch's fill_ of the same strided view, and a "
+             "launch that writes the same bytes and reads nothing):", "",
              "| T \\ width | " + " | ".join(str(w) for w in widths) + " |",
              "|---|" + "---|" * len(widths)]
     for t in tokens:
@@ -80,8 +83,10 @@ def floor_verdicts(floor: Mapping[str, Mapping], limit_pct: float) -> tuple[list
                             f"above {limit_pct:.0f}% and slower than torch's fill_ of the same "
                             f"view ({r['table_us']:.2f} vs {r['fill_us']:.2f} µs; {r['source']})")
         else:
+            store = (f", a store-only launch {100.0 * r['store_only_us'] / r['ideal_us']:.0f}%"
+                     if "store_only_us" in r else "")
             misses.append(f"{name}: {r['pct_of_ideal']:.0f}% of (empty launch + write floor); "
-                          f"torch's fill_ of the same view {fill_pct:.0f}%")
+                          f"torch's fill_ of the same view {fill_pct:.0f}%{store}")
     return failures, misses
 
 

@@ -275,6 +275,32 @@ def empty_launch_graph_us(device: torch.device) -> float:
     return graph_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False))
 
 
+@triton.jit
+def _store_rows_kernel(out_ptr, row_stride, num_rows, WIDTH: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, WIDTH)
+    ptrs = out_ptr + rows.to(tl.int64)[:, None] * row_stride + cols[None, :]
+    tl.store(ptrs, tl.full((ROWS, WIDTH), -1, tl.int32), mask=(rows < num_rows)[:, None])
+
+
+def store_only_runner(view: torch.Tensor) -> Callable[[], object]:
+    """A launch that writes every element of a strided 2-D int32 view and reads nothing.
+
+    The lower bound of any launch that writes these bytes in this pattern (rows of
+    ``width * 4`` bytes, ``stride(0)`` apart) on this GPU: our kernel writes the same
+    bytes but must first read each row's position.
+    """
+    rows, width = view.shape
+    per_program = max(1, 2048 // width)
+    grid = (triton.cdiv(rows, per_program),)
+
+    def run() -> None:
+        _store_rows_kernel[grid](view, view.stride(0), rows, WIDTH=width, ROWS=per_program,
+                                 num_warps=4)
+
+    return run
+
+
 def copy_bandwidth_bytes_per_s(device: torch.device, nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
     src = torch.empty(nbytes // 4, dtype=torch.int32, device=device).random_()

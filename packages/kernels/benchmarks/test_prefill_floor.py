@@ -5,7 +5,9 @@ is the bytes any correct launch must write over the copy bandwidth. Timed as GPU
 (CUDA-graph replay medians, with the empty launch timed the same way), with the launch
 the table resolves for this GPU; ``conftest.py`` gates and prints the table. Each batch
 also records torch's ``fill_`` of the same strided view: the same bytes in the same
-pattern written by the GPU vendor library's path, a reference for what the pattern allows.
+pattern written by the GPU vendor library's path, and a Triton launch that writes the same
+bytes and reads nothing (the lower bound of any launch for that pattern, which a correct
+launch, reading each row's position first, cannot reach).
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ def test_prefill_floor(device, machine, record_floor, width: int, tokens: int) -
     # the GPU reaches for this write pattern (rows of width * 4 bytes, capacity apart).
     view = inputs.prefill_buf[:tokens, :width]
     fill = harness.graph_us(lambda: view.fill_(-1), launches_per_graph=10, reps=15)
+    # And by a launch that reads nothing: the lower bound of any launch writing them.
+    store = harness.graph_us(harness.store_only_runner(view), launches_per_graph=10, reps=15)
     floor = harness.floor_us(shape, width, float(machine["copy_bandwidth_tb_s"]) * 1e12)
     ideal = float(machine["empty_launch_graph_us"]) + floor
     record_floor(shape.name, {"width": width, "tokens": tokens, "table_us": ours,
-                              "baseline_us": base, "fill_us": fill, "floor_us": floor,
+                              "baseline_us": base, "fill_us": fill, "store_only_us": store,
+                              "floor_us": floor,
                               "ideal_us": ideal,
                               "pct_of_ideal": 100.0 * ours / ideal, "source": table.source,
                               "tile": list(table.tile)})

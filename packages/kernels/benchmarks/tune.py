@@ -67,6 +67,13 @@ CANDIDATES = (
     (64, 128, 8, False),
     (64, 128, 16, False),
     (32, 256, 16, False),
+    # Long prefill of narrow rows (widths 128 and 256): many rows per program, few warps.
+    (16, 128, 2, False),
+    (16, 128, 2, True),
+    (32, 128, 1, False),
+    (32, 128, 1, True),
+    (64, 128, 2, False),
+    (64, 128, 2, True),
 )
 
 

@@ -1,5 +1,8 @@
 """The kernel's compile key is its tile: (tokens_per_program, cols_per_program, num_warps).
 
+Each tile has two binaries, with and without the decode rows' code (``HAS_DECODE``,
+chosen by whether the batch has decode tokens); warm-up builds both.
+
 Triton builds one binary per distinct specialisation of the constexprs and of the
 non-constexpr arguments it is allowed to specialise. These checks read the kernel's
 own parameter list, so adding a parameter without deciding how it specialises fails
@@ -23,9 +26,9 @@ def kernel_parameters() -> tuple[list[str], list[str]]:
     return constexprs, runtime
 
 
-def test_only_the_tile_is_constexpr() -> None:
+def test_only_the_tile_and_has_decode_are_constexpr() -> None:
     constexprs, _ = kernel_parameters()
-    assert constexprs == ["TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM"]
+    assert constexprs == ["TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM", "HAS_DECODE"]
 
 
 def test_every_other_argument_is_unspecialised_or_alignment_checked() -> None:
@@ -45,7 +48,7 @@ def test_every_other_argument_is_unspecialised_or_alignment_checked() -> None:
     unspecialised = [p.name for p in jit.params if p.do_not_specialize]
     assert unspecialised == list(_c128a_kernel.RUNTIME_ARGS)
     assert [p.name for p in jit.params if p.is_constexpr] == [
-        "TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM",
+        "TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM", "HAS_DECODE",
     ]
 
 

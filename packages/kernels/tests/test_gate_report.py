@@ -59,6 +59,17 @@ def _floor_row(rng: random.Random, pct: float, fill_pct: float) -> dict:
             "ideal_us": ideal, "source": "table:sm90-x", "width": 128, "tokens": 8192}
 
 
+def test_floor_cells_and_misses_show_the_store_only_bound() -> None:
+    row = {"width": 128, "tokens": 8192, "pct_of_ideal": 160.0, "baseline_us": 5.0,
+           "ideal_us": 2.0, "fill_us": 5.0, "store_only_us": 2.7, "table_us": 3.2}
+    text = gate_report.floor_markdown({"p": row})
+    assert "| 8192 | 160% (250%, fill 250%, store-only 135%) |" in text
+    failures, misses = gate_report.floor_verdicts({"p": row}, 150.0)
+    assert failures == []
+    assert misses == ["p: 160% of (empty launch + write floor); torch's fill_ of the same "
+                      "view 250%, a store-only launch 135%"]
+
+
 def test_floor_verdicts_fail_only_where_the_vendor_fill_does_better() -> None:
     rng = random.Random(5)
     floor = {

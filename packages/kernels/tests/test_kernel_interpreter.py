@@ -241,3 +241,34 @@ def test_prefill_only_batch_may_pass_an_empty_block_table() -> None:
     batch = make_batch(num_decode=0, num_prefill=19, context=70_000, capacity=768, seed=6)
     batch.block_table = torch.empty((0, 5), dtype=torch.int32)
     check_against_reference(batch, [BASELINE, (16, 256, 4, True)])
+
+
+@pytest.mark.parametrize(
+    "ratio",
+    [
+        (2**31 - 1) // 128,  # width * ratio just below 2**31: the 32-bit division
+        2**31 // 128,  # width * ratio == 2**31: the 64-bit division
+        2**33 + 5,  # the ratio itself past int32
+    ],
+)
+def test_visible_count_on_both_sides_of_the_32_bit_division(ratio: int) -> None:
+    # The kernel divides in int32 only while width * compress_ratio < 2**31; both
+    # branches must give the reference's count, at the multiples of the ratio, at the
+    # clamp limit and far beyond it.
+    width = 128
+    limit = width * ratio
+    near = [k * ratio + d for k in (0, 1, 2, 63, 127, 128, 129) for d in (-2, -1, 0, 1)]
+    edges = [limit - 2, limit - 1, limit, limit + 1, 2**40, 2**62, -1, -2, -ratio - 1]
+    positions = near + edges
+    batch = make_batch(
+        num_decode=6,
+        num_prefill=len(positions),
+        context=5000,
+        capacity=256,
+        compress_ratio=ratio,
+        decode_positions=positions[-6:],
+        prefill_positions=positions,
+        width=width,
+        seed=ratio % 1000,
+    )
+    check_against_reference(batch, [BASELINE, (8, 128, 4, False), (64, 128, 2, True)])

@@ -47,7 +47,6 @@ _RUNTIME = getattr(getattr(triton, "knobs", None), "runtime", None)
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else (
     torch.cuda.current_device)
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_data_ptr = torch.Tensor.data_ptr
 _SUPPORTED = (_version() in VERIFIED_TRITON and _RUNTIME is not None and _raw_stream is not None
               and os.environ.get("DSV4_KERNELS_DIRECT_LAUNCH", "1") != "0")
 
@@ -78,37 +77,35 @@ class DirectLauncher:
 
     ``constexpr_names`` are the kernel's constexpr parameters, in signature order,
     after every run-time parameter (the C launcher takes all parameters positionally).
-    The first ``pointer_args`` arguments are tensors; a direct launch hands the launcher
-    their addresses as ints, which it takes as they are, instead of asking each tensor
-    for its ``data_ptr`` and the driver for its device address (the caller has already
-    checked that every tensor is on the launch's CUDA device).
+    A launch gets the kernel's tensor arguments twice: as tensors, for Triton's own
+    path, and as their data pointers, which the direct path hands the C launcher as
+    they are (the caller has already checked that every tensor is on the launch's CUDA
+    device, and has read the pointers for its own checks anyway).
     """
 
-    def __init__(self, kernel: Any, constexpr_names: Sequence[str],
-                 pointer_args: int = 0) -> None:
+    def __init__(self, kernel: Any, constexpr_names: Sequence[str]) -> None:
         self.kernel = kernel
         self.names = tuple(constexpr_names)
-        self.pointer_args = pointer_args
         self.enabled = _SUPPORTED and hasattr(kernel, "device_caches")
         self._ready: dict[tuple, tuple | None] = {}
         self.direct_launches = 0
 
-    def __call__(self, device: torch.device, grid0: int, grid1: int, args: tuple,
-                 constexprs: tuple, num_warps: int) -> None:
-        index = device.index
-        if index is not None and device.type == "cuda":
+    def __call__(self, index: int, grid0: int, grid1: int, tensors: tuple,
+                 pointers: tuple[int, ...], scalars: tuple, constexprs: tuple,
+                 num_warps: int) -> None:
+        """Launch on CUDA device ``index`` (-1: not a CUDA launch, Triton decides)."""
+        if index >= 0:
             if index != _current_device():
-                with torch.cuda.device(device):
-                    self._launch(index, grid0, grid1, args, constexprs, num_warps)
+                with torch.cuda.device(index):
+                    self._launch(index, grid0, grid1, tensors, scalars, constexprs, num_warps)
                 return
             ready = self._ready.get((index, constexprs, num_warps))
             if ready is not None and _hooks_idle():
                 launch, function, packed, cooperative, pdl = ready
-                n = self.pointer_args
                 try:
                     launch(grid0, grid1, 1, _raw_stream(index), function, cooperative, pdl,
-                           None, None, packed, None, None, None, *map(_data_ptr, args[:n]),
-                           *args[n:], *constexprs)
+                           None, None, packed, None, None, None, *pointers, *scalars,
+                           *constexprs)
                 except (OverflowError, TypeError):
                     # An argument the binary's signature cannot hold (an int past int32,
                     # say): the launcher refused it before launching; Triton's own path
@@ -117,16 +114,17 @@ class DirectLauncher:
                 else:
                     self.direct_launches += 1
                     return
-        self._launch(index, grid0, grid1, args, constexprs, num_warps)
+        self._launch(index, grid0, grid1, tensors, scalars, constexprs, num_warps)
 
-    def _launch(self, index: int | None, grid0: int, grid1: int, args: tuple,
+    def _launch(self, index: int, grid0: int, grid1: int, tensors: tuple, scalars: tuple,
                 constexprs: tuple, num_warps: int) -> None:
         """Triton's own launch; keeps the binary's handle after the first one."""
         key = (index, constexprs, num_warps)
         compiled = self.kernel[(grid0, grid1)](
-            *args, **dict(zip(self.names, constexprs, strict=True)), num_warps=num_warps)
+            *tensors, *scalars, **dict(zip(self.names, constexprs, strict=True)),
+            num_warps=num_warps)
         if key not in self._ready:
-            self._ready[key] = _handle(compiled) if self.enabled and index is not None else None
+            self._ready[key] = _handle(compiled) if self.enabled and index >= 0 else None
 
     def forget(self) -> None:
         """Drop every kept binary handle (the next launch of each goes through Triton)."""

@@ -37,7 +37,12 @@ class Checked(NamedTuple):
     num_prefill: int
     width: int
     decode_view_width: int
-    device: torch.device
+    cuda_index: int
+    """The CUDA device index of every tensor, or -1 when they are not on a CUDA device."""
+    decode_row_stride: int
+    prefill_row_stride: int
+    table_row_stride: int
+    lens_stride: int
 
 
 def _fail(name: str, got: object, accepted: str) -> ValueError:
@@ -192,7 +197,8 @@ def _accept_fast(
         if other.get_device() != index or other.is_cuda is not cuda or not (
                 cuda or other.is_cpu):
             return None
-    return Checked(num_tokens, num_decode, num_prefill, width, view_width, pos.device)
+    return Checked(num_tokens, num_decode, num_prefill, width, view_width,
+                   index if cuda else -1, d_stride[0], p_stride[0], t_stride[0], 1)
 
 
 def explain_inputs(
@@ -280,7 +286,9 @@ def explain_inputs(
     ):
         if tensor.device != device:
             raise _fail(name, f"device {tensor.device}", f"the device of positions ({device})")
-    return Checked(num_tokens, num_decode, num_prefill, width, view_width, device)
+    cuda_index = device.index if device.type == "cuda" and device.index is not None else -1
+    return Checked(num_tokens, num_decode, num_prefill, width, view_width, cuda_index,
+                   decode_buf.stride(0), prefill_buf.stride(0), table.stride(0), lens.stride(0))
 
 
 def _power_of_two(value: object) -> bool:

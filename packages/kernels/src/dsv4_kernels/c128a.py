@@ -3,8 +3,9 @@
 ``build_c128a_topk_metadata`` writes exactly what :mod:`dsv4_kernels.reference`
 specifies (vLLM 0.33.0's semantics), bit for bit, for every valid tile. The tile is
 ``(tokens_per_program, cols_per_program, num_warps)`` plus ``split_width``; the
-defaults ``(1, 1024, 4, False)`` are vLLM's own launch. Only the tile selects a
-compiled binary: widths, block sizes and batch sizes are run-time values, so
+defaults ``(1, 1024, 4, False)`` are vLLM's own launch. Only the tile (and whether the
+batch has decode tokens: two binaries per tile) selects a compiled binary: widths,
+block sizes and batch sizes are run-time values, so
 :func:`warmup` over a launch table's tiles covers every step that table can produce.
 """
 
@@ -25,13 +26,9 @@ BASELINE_TILE: CompileKey = (1, 1024, 4)
 
 
 _LAUNCHER = DirectLauncher(_k.c128a_topk_metadata_kernel,
-                           ("TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM"), pointer_args=7)
+                           ("TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM", "HAS_DECODE"))
 """Launches the kernel's binaries; after a tile's first launch on a device, directly."""
-
-
-def _launch(device: torch.device, grid0: int, grid1: int, args: tuple, tpp: int, cpp: int,
-            num_warps: int) -> None:
-    _LAUNCHER(device, grid0, grid1, args, (tpp, cpp), num_warps)
+_data_ptr = torch.Tensor.data_ptr
 
 
 def direct_launches() -> int:
@@ -108,35 +105,43 @@ def _build(
     decode_lens_buffer: torch.Tensor, prefill_buffer: torch.Tensor, width: int,
     decode_view_width: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Check the data arguments, take the views, launch: the tile is already checked."""
+    """Check the data arguments, take the views, launch: the tile is already checked.
+
+    This is the host path of every model step (the plugin's table hits end here), so
+    it reads each tensor attribute once: the checks return the counts, device and
+    strides. The views are made with ``as_strided`` from those strides: the same
+    sizes, strides and offset as slicing, at about half of its host time (two slices
+    per 2-D view; measured on an H200 host, 5.5-8 µs against 11-15 µs for the three).
+    """
     checked = check_inputs(
         positions, compress_ratio, num_decode_tokens, token_to_req_indices, block_table,
         block_size, slot_mapping, global_decode_buffer, decode_lens_buffer, prefill_buffer,
         width=width, decode_view_width=decode_view_width,
     )
-    if checked.device.type == "cpu" and not interpreting():
+    index = checked.cuda_index
+    if index < 0 and not interpreting():
         raise ValueError(
-            f"{FN}: positions: got device cpu; expected a GPU device (or run with "
-            "TRITON_INTERPRET=1 to use Triton's CPU interpreter)"
+            f"{FN}: positions: got device {positions.device}; expected a GPU device (or "
+            "run with TRITON_INTERPRET=1 to use Triton's CPU interpreter)"
         )
-    num_decode, num_tokens = checked.num_decode, checked.num_tokens
+    num_decode = checked.num_decode
+    decode_stride, prefill_stride = checked.decode_row_stride, checked.prefill_row_stride
     views = (
-        global_decode_buffer[:num_decode, : checked.decode_view_width],
-        decode_lens_buffer[:num_decode],
-        prefill_buffer[:checked.num_prefill, :width],
+        global_decode_buffer.as_strided((num_decode, checked.decode_view_width),
+                                        (decode_stride, 1)),
+        decode_lens_buffer.as_strided((num_decode,), (checked.lens_stride,)),
+        prefill_buffer.as_strided((checked.num_prefill, width), (prefill_stride, 1)),
     )
-    if num_tokens == 0:
-        return views
-
-    col_programs = -(-width // cols_per_program) if split_width else 1
-    launch_args = (
-        global_decode_buffer, prefill_buffer, decode_lens_buffer, positions,
-        token_to_req_indices, block_table, slot_mapping,
-        global_decode_buffer.stride(0), prefill_buffer.stride(0), block_table.stride(0),
-        compress_ratio, width, block_size, num_decode, num_tokens,
-    )
-    _launch(checked.device, -(-num_tokens // tokens_per_program), col_programs, launch_args,
-            tokens_per_program, cols_per_program, num_warps)
+    num_tokens = checked.num_tokens
+    if num_tokens:
+        tensors = (global_decode_buffer, prefill_buffer, decode_lens_buffer, positions,
+                   token_to_req_indices, block_table, slot_mapping)
+        scalars = (decode_stride, prefill_stride, checked.table_row_stride, compress_ratio,
+                   width, block_size, num_decode, num_tokens)
+        _LAUNCHER(index, -(-num_tokens // tokens_per_program),
+                  -(-width // cols_per_program) if split_width else 1, tensors,
+                  tuple(map(_data_ptr, tensors)), scalars,
+                  (tokens_per_program, cols_per_program, num_decode > 0), num_warps)
     return views
 
 
@@ -151,12 +156,13 @@ def compile_count() -> int:
 
 
 def warmup(configs: Iterable[CompileKey], device: torch.device | str) -> int:
-    """Build the binary of every ``(tpp, cpp, num_warps)`` tile on ``device``.
+    """Build the binaries of every ``(tpp, cpp, num_warps)`` tile on ``device``.
 
-    Each tile is launched once on tiny real buffers (one decode and one prefill
-    token, width 128), which is the same specialisation as every later launch.
-    Returns how many binaries were new to this process (0 under the interpreter).
-    Raises ``ValueError`` on an invalid tile before launching anything.
+    Each tile is launched twice on tiny real buffers (width 128): one decode and one
+    prefill token, then two prefill tokens. That is the same specialisation as every
+    later launch with and without decode tokens, the two binaries a tile has. Returns
+    how many binaries were new to this process (0 under the interpreter). Raises
+    ``ValueError`` on an invalid tile before launching anything.
     """
     tiles = [tuple(config) for config in configs]
     for tile in tiles:
@@ -170,22 +176,23 @@ def warmup(configs: Iterable[CompileKey], device: torch.device | str) -> int:
     ints = dict(dtype=torch.int32, device=device)
     before = compile_count()
     for tpp, cpp, warps in dict.fromkeys(tiles):
-        build_c128a_topk_metadata(
-            torch.tensor([300, 200], dtype=torch.int64, device=device),
-            128,
-            1,
-            torch.zeros(1, **ints),
-            torch.arange(4, **ints).reshape(1, 4),
-            2,
-            torch.zeros(1, dtype=torch.int64, device=device),
-            torch.empty((1, 128), **ints),
-            torch.empty(1, **ints),
-            torch.empty((1, 128), **ints),
-            width=128,
-            tokens_per_program=tpp,
-            cols_per_program=cpp,
-            num_warps=warps,
-        )
+        for num_decode in (1, 0):
+            build_c128a_topk_metadata(
+                torch.tensor([300, 200], dtype=torch.int64, device=device),
+                128,
+                num_decode,
+                torch.zeros(1, **ints),
+                torch.arange(4, **ints).reshape(1, 4),
+                2,
+                torch.zeros(1, dtype=torch.int64, device=device),
+                torch.empty((1, 128), **ints),
+                torch.empty(1, **ints),
+                torch.empty((2, 128), **ints),
+                width=128,
+                tokens_per_program=tpp,
+                cols_per_program=cpp,
+                num_warps=warps,
+            )
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return compile_count() - before

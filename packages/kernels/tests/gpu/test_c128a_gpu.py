@@ -287,7 +287,7 @@ def test_eager_width_changes_leave_wider_columns_alone(cuda: torch.device) -> No
 
 
 # ---------------------------------------------------------------- compile counts
-def test_compile_count_depends_on_the_tile_only(cuda: torch.device) -> None:
+def test_compile_count_depends_on_the_tile_and_decode_presence_only(cuda: torch.device) -> None:
     tiles = [BASELINE[:3], (16, 256, 4), (1, 128, 4)]
     c128a.warmup(tiles, cuda)
     assert c128a.warmup(tiles, cuda) == 0  # already built: nothing new
@@ -317,7 +317,8 @@ def test_compile_count_depends_on_the_tile_only(cuda: torch.device) -> None:
     torch.cuda.synchronize()
     assert c128a.compile_count() == count
 
-    # A tile used nowhere else in this suite: exactly one new binary, then none.
+    # A tile used nowhere else in this suite: one new binary for batches with decode
+    # tokens, one for prefill-only batches, then none.
     fresh_tile = (2, 2048, 2)
     batch = make_batch(num_decode=3, num_prefill=3, context=50_000, capacity=512,
                        device=cuda, seed=99)
@@ -327,7 +328,12 @@ def test_compile_count_depends_on_the_tile_only(cuda: torch.device) -> None:
                        block_size=5, device=cuda, seed=98)
     run_tile(other.fresh(), (*fresh_tile, True))
     assert c128a.compile_count() == count + 1
+    prefill_only = make_batch(num_decode=0, num_prefill=11, context=30_000, capacity=384,
+                              device=cuda, seed=97)
+    run_tile(prefill_only.fresh(), (*fresh_tile, True))
+    assert c128a.compile_count() == count + 2
     assert c128a.warmup([fresh_tile], cuda) == 0
+    assert c128a.warmup([(4, 2048, 4)], cuda) == 2  # a new tile: both binaries
 
 
 def test_every_visible_device(cuda: torch.device) -> None:
