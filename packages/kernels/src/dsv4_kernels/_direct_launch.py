@@ -80,7 +80,7 @@ class DirectLauncher:
     A launch gets the kernel's tensor arguments twice: as tensors, for Triton's own
     path, and as their data pointers, which the direct path hands the C launcher as
     they are (the caller has already checked that every tensor is on the launch's CUDA
-    device, and has read the pointers for its own checks anyway).
+    device).
     """
 
     def __init__(self, kernel: Any, constexpr_names: Sequence[str]) -> None:
