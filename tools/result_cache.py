@@ -101,14 +101,50 @@ class BadEntry(ValueError):
 
 
 class Remote(Protocol):
-    """What the cache needs of a remote (``remote_cache.RemoteCache`` or a test double)."""
+    """What the cache needs of a remote: ``remote_cache.RemoteCache``, or a test double,
+    so that the cache's checks can be tested against any answer a server could give.
+
+    Example::
+
+        >>> ResultCache(local=store, remote=RemoteCache.from_environment(os.environ,
+        ...             warn=print), mode="on", resolve_output=resolve, warn=print)
+    """
 
     upload: bool
     shown: str
 
-    def get_record(self, key: str) -> bytes | None: ...
-    def get_blob(self, sha256: str) -> bytes | None: ...
-    def put(self, kind: str, name: str, data: bytes) -> bool: ...
+    def get_record(self, key: str) -> bytes | None:
+        """The bytes stored under ``ac/<key>``, or None (absent, or no answer). They are
+        untrusted: the cache parses and checks them like a local record.
+
+        Example::
+
+            >>> remote.get_record("ab" * 32) is None
+            True
+        """
+        ...
+
+    def get_blob(self, sha256: str) -> bytes | None:
+        """The blob ``cas/<sha256>`` whose digest matched its name, or None. The cache
+        checks size and digest again against the record.
+
+        Example::
+
+            >>> remote.get_blob(hashlib.sha256(b"<junit/>").hexdigest())
+            b'<junit/>'
+        """
+        ...
+
+    def put(self, kind: str, name: str, data: bytes) -> bool:
+        """Upload one entry (``kind`` 'ac' or 'cas'); True when the server took it, so
+        that a record is sent only after all its blobs went up.
+
+        Example::
+
+            >>> remote.put("cas", hashlib.sha256(b"x").hexdigest(), b"x")
+            True
+        """
+        ...
 
 
 # --------------------------------------------------------------------------- checks
@@ -224,7 +260,13 @@ def _declared_text(declared: Sequence[str]) -> str:
 # --------------------------------------------------------------------------- records
 @dataclass(frozen=True)
 class Output:
-    """One output file: its logical path (``artifacts/…`` or repo-relative) and digest."""
+    """One output file: its logical path (``artifacts/…`` or repo-relative) and digest,
+    enough to find its blob and to check it before it is written back.
+
+    Example::
+
+        >>> Output("artifacts/junit/policy.xml", hashlib.sha256(b"<x/>").hexdigest(), 4)
+    """
 
     path: str
     sha256: str
@@ -314,7 +356,15 @@ def _check_output_set(outputs: Sequence[Output]) -> None:
 
 @dataclass(frozen=True)
 class Record:
-    """What a passing run left behind, enough to replay it."""
+    """What a passing run left behind, enough to replay it and to explain a later miss
+    (the key's component digests and file digests).
+
+    Example::
+
+        >>> record = Record.parse(store.read_record(key), key=key)
+        >>> record.target, [o.path for o in record.outputs]
+        ('policy', ['artifacts/junit/policy.xml'])
+    """
 
     key: str
     target: str
@@ -603,11 +653,12 @@ class LocalStore:
                 info = os.lstat(os.path.join(folder, name))
                 files += 1
                 size += info.st_size if stat.S_ISREG(info.st_mode) else 0
-        for entry in os.scandir(self.root):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
-            else:
-                os.unlink(entry.path)
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
         if not self.root.is_symlink():
             self.root.rmdir()
         return files, size
@@ -619,7 +670,15 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class Hit:
-    """A record that may be served, and where it came from ("local" or "remote")."""
+    """A record that may be served, and where it came from ("local" or "remote"), for
+    the hit line and the ``stats`` counts.
+
+    Example::
+
+        >>> hit = cache.lookup(key, unit="policy", outputs=["artifacts/junit/policy.xml"])
+        >>> hit.origin
+        'remote'
+    """
 
     record: Record
     origin: str

@@ -727,3 +727,26 @@ def test_concurrent_restores_never_tear_a_file(world: World) -> None:
     assert [w.returncode for w in workers] == [0] * 8, errors
     assert reads > 0
     assert not [p for p in world.artifacts.rglob("*") if p.name.startswith(".tmp-")]
+
+
+def test_a_hard_link_in_an_outputs_place_keeps_its_other_name(world: World) -> None:
+    secret = world.outside / "secret.txt"
+    os.link(secret, world.artifacts / "junit/policy.xml")
+    before = secret.read_bytes()
+    key, body = world.key(), world.data()
+    plant(world, key, encode(record_fields(key, {DECLARED[0]: body})), [body])
+    cache = world.cache()
+    hit = cache.lookup(key, unit=UNIT, outputs=DECLARED)
+    assert hit is not None and len(cache.restore(hit.record, outputs=DECLARED)) == 1
+    assert (world.artifacts / "junit/policy.xml").read_bytes() == body
+    assert secret.read_bytes() == before  # a new file was renamed in: the old inode is untouched
+
+
+def test_clean_removes_links_without_following_them(world: World) -> None:
+    cache = world.cache()
+    assert _stored_pass(world, cache, world.key(), world.data()) is not None
+    (world.cache_dir / "cas" / "out").symlink_to(world.outside / "dir", target_is_directory=True)
+    outside_before = {p: v for p, v in world.snapshot().items() if p.startswith("outside")}
+    files, size = cache.local.clean()
+    assert files == 4 and size > 0 and not world.cache_dir.exists()
+    assert {p: v for p, v in world.snapshot().items() if p.startswith("outside")} == outside_before
