@@ -970,11 +970,12 @@ class ResultCache:
     ) -> Record | None:
         """Record a pass: local always (unless off), remote only with uploads on.
 
-        ``outputs`` maps each logical path to the file the run wrote, which must be
-        where ``resolve_output`` puts it; ``declared`` are the unit's output globs. An
-        output they do not match, a file that is a symlink or not a regular file, or
-        a record a reader would refuse is not stored (one warning, None): the cache
-        never holds what it would not serve, nor a file a link pointed it at.
+        ``outputs`` maps each logical path to the file the run wrote: where
+        ``resolve_output`` puts it, or the same path below another folder (an
+        execution root); ``declared`` are the unit's output globs. An output they do
+        not match, a file reached through a symlink below that folder or not a regular
+        file, or a record a reader would refuse is not stored (one warning, None): the
+        cache never holds what it would not serve, nor a file a link pointed it at.
         Blobs go up before the record, so a remote reader never sees a record
         without its blobs. Returns the record when the local store or the remote
         took it.
@@ -1037,16 +1038,21 @@ class ResultCache:
         if not matches_declared(logical, declared):
             raise _Refused(f"output {_shown(logical)} is not an output {unit} declares "
                            f"({_declared_text(declared)})")
-        base, relative = self._resolve(logical)
+        _, relative = self._resolve(logical)  # the base is where a restore writes it
         problem = check_relative(relative)
         if problem is not None:
             raise _Refused(f"output {_shown(logical)} resolves to {relative!r:.100}, which "
                            f"{problem}")
-        if os.path.abspath(path) != os.path.abspath(Path(base) / relative):
-            raise _Refused(f"output {_shown(logical)} was given as {str(path)!r:.100}, not "
-                           f"where it is restored to ({Path(base) / relative})")
+        # The file may be where a restore puts it or in an execution root; either way it
+        # must end in the same path below a folder, read from there without following a
+        # link: a run that left a symlink to a secret never gets that secret uploaded.
+        given, parts = Path(os.path.abspath(path)).parts, tuple(relative.split("/"))
+        if given[-len(parts):] != parts:
+            raise _Refused(f"output {_shown(logical)} was given as {str(path)!r:.100}, which "
+                           f"does not end in {relative!r:.100}")
         try:
-            data = read_regular_under(Path(base), relative, limit=MAX_BLOB_BYTES)
+            data = read_regular_under(Path(*given[:-len(parts)]), relative,
+                                      limit=MAX_BLOB_BYTES)
         except UnsafePath as exc:
             raise _Refused(f"output {_shown(logical)}: {exc}") from None
         if data is None:

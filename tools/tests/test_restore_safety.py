@@ -642,7 +642,37 @@ def test_store_refuses_a_file_that_is_not_where_it_restores_to(world: World) -> 
     assert cache.store(key=world.key(), target=UNIT, duration_s=1.0, fingerprint={},
                        components={}, files={}, outputs={DECLARED[0]: world.repo / "noxfile.py"},
                        declared=DECLARED) is None
-    assert_one_warning(world, "not where it is restored to")
+    assert_one_warning(world, "does not end in 'junit/policy.xml'")
+
+
+def test_store_reads_an_output_from_an_execution_root(world: World) -> None:
+    exec_root = world.root / "exec"
+    junit = exec_root / "artifacts/junit/policy.xml"
+    junit.parent.mkdir(parents=True)
+    body = world.data()
+    junit.write_bytes(body)
+    cache = world.cache()
+    key = world.key()
+    assert cache.store(key=key, target=UNIT, duration_s=1.0, fingerprint={}, components={},
+                       files={}, outputs={DECLARED[0]: junit}, declared=DECLARED) is not None
+    hit = cache.lookup(key, unit=UNIT, outputs=DECLARED)
+    assert cache.restore(hit.record, outputs=DECLARED)[0].read_bytes() == body
+    assert world.warnings == []
+
+
+def test_store_never_reads_through_a_symlinked_folder_of_an_execution_root(
+        world: World) -> None:
+    exec_root = world.root / "exec"
+    (exec_root / "artifacts").mkdir(parents=True)
+    (world.outside / "dir/policy.xml").write_bytes(world.data())
+    (exec_root / "artifacts/junit").symlink_to(world.outside / "dir")
+    cache = world.cache(FakeRemote(upload=True))
+    assert cache.store(key=world.key(), target=UNIT, duration_s=1.0, fingerprint={},
+                       components={}, files={}, outputs={DECLARED[0]: exec_root /
+                                                         "artifacts/junit/policy.xml"},
+                       declared=DECLARED) is None
+    assert_one_warning(world, "'junit' in 'junit/policy.xml' is a symbolic link")
+    assert not world.cache_dir.exists() and cache.remote.calls == []
 
 
 # --------------------------------------------------------------------------- safe_fs
