@@ -637,7 +637,7 @@ def test_store_never_reads_through_a_symlinked_output(world: World) -> None:
     assert not world.cache_dir.exists() and remote.calls == []
 
 
-def test_store_refuses_a_file_that_is_not_where_it_restores_to(world: World) -> None:
+def test_store_refuses_a_file_that_is_not_at_the_outputs_path(world: World) -> None:
     cache = world.cache()
     assert cache.store(key=world.key(), target=UNIT, duration_s=1.0, fingerprint={},
                        components={}, files={}, outputs={DECLARED[0]: world.repo / "noxfile.py"},
