@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import cache_key
 import gpu_fingerprint
@@ -128,9 +130,16 @@ def _explain(args: argparse.Namespace, *, graph: Graph, units: Mapping[str, buil
 
 def _stats(args: argparse.Namespace, *, cache: ResultCache, **_: object) -> int:
     root = cache.local.root
-    records = sorted((root / "ac").glob("*")) if (root / "ac").is_dir() else []
-    blobs = sorted((root / "cas").glob("*")) if (root / "cas").is_dir() else []
-    size = sum(p.stat().st_size for p in [*records, *blobs])
+    def entries(folder: Path) -> list[Path]:
+        # lstat, and no leftover temporary files: a dangling link or a half-written
+        # entry is not a record, and must not crash the listing.
+        if not folder.is_dir() or folder.is_symlink():
+            return []
+        return sorted(p for p in folder.iterdir()
+                      if not p.name.startswith(".tmp-") and stat.S_ISREG(p.lstat().st_mode))
+
+    records, blobs = entries(root / "ac"), entries(root / "cas")
+    size = sum(p.lstat().st_size for p in [*records, *blobs])
     events = cache.local.events()
     kinds = Counter(
         (e.get("kind"), e.get("origin")) if e.get("kind") == "hit" else (e.get("kind"), None)

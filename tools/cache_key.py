@@ -35,7 +35,7 @@ import platform
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,11 +127,22 @@ class SourceTree:
         return self._listing
 
     def files_under(self, prefix: str) -> dict[str, str]:
-        """``{relative path: sha256}`` of every existing file at or below ``prefix``."""
+        """``{relative path: sha256}`` of every existing file at or below ``prefix``.
+
+        ``prefix`` may be a glob (``packages/*/pyproject.toml``): then it names the
+        files it matches segment by segment, a ``*`` never crossing a ``/``.
+
+        >>> SourceTree(Path(".")).files_under("tools")
+        {'tools/cache_key.py': '3f1c…', …}
+        """
         prefix = prefix.rstrip("/")
+        pattern = prefix.split("/") if is_glob(prefix) else None
         out: dict[str, str] = {}
         for name in self._list():
-            if prefix and name != prefix and not name.startswith(prefix + "/"):
+            if pattern is not None:
+                if not segments_match(name, pattern):
+                    continue
+            elif prefix and name != prefix and not name.startswith(prefix + "/"):
                 continue
             if name not in self._digests:
                 path = self.root / name
@@ -140,6 +151,29 @@ class SourceTree:
                 self._digests[name] = sha256_bytes(path.read_bytes())
             out[name] = self._digests[name]
         return out
+
+
+def is_glob(text: str) -> bool:
+    """True when ``text`` holds glob characters.
+
+    >>> is_glob("packages/*/pyproject.toml"), is_glob("tools")
+    (True, False)
+    """
+    return any(ch in text for ch in "*?[")
+
+
+def segments_match(path: str, pattern: Sequence[str]) -> bool:
+    """``path`` matches ``pattern`` (split on ``/``) segment by segment.
+
+    >>> segments_match("packages/kernels/pyproject.toml", ["packages", "*", "pyproject.toml"])
+    True
+    >>> segments_match("packages/a/b/pyproject.toml", ["packages", "*", "pyproject.toml"])
+    False
+    """
+    parts = path.split("/")
+    return len(parts) == len(pattern) and all(
+        fnmatch.fnmatchcase(part, glob) for part, glob in zip(parts, pattern, strict=True)
+    )
 
 
 def _ignore_rules(gitignore: Path) -> list[tuple[str, bool]]:
@@ -177,6 +211,8 @@ def file_component(name: str, tree: SourceTree, prefixes: Iterable[str]) -> Comp
 def _on_disk(root: Path, prefix: str) -> dict[str, str]:
     """A declared input that git ignores (a folder extracted at run time, say): every
     file under it, hashed from disk; nothing when it does not exist yet."""
+    if is_glob(prefix):
+        return {}
     base = root / prefix
     paths = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
     return {p.relative_to(root).as_posix(): sha256_bytes(p.read_bytes()) for p in paths
@@ -243,6 +279,10 @@ class KeyInputs:
     hermetic: bool
     gpu: Mapping[str, object] | None = None
     artifacts: Path | None = None
+    # What a non-hermetic environment really holds: the running interpreter's packages
+    # under --no-venv, a reused venv's under --no-install.
+    installed: Callable[[Sequence[Locked]], Mapping[str, str]] | None = None
+    note: str = ""  # why the run is not hermetic, e.g. "--no-install"
     _build: Component | None = None
 
     def build_component(self) -> Component:
@@ -294,7 +334,9 @@ def compute(
         "locked": [d.as_record() for d in pinned if not d.editable],
     }
     if not inputs.hermetic:
-        environment["installed"] = installed_versions(pinned)
+        environment["installed"] = dict((inputs.installed or installed_versions)(pinned))
+        if inputs.note:
+            environment["note"] = inputs.note
     components.append(Component(
         "environment", digest_json(environment),
         detail=f"{len(environment['locked'])} locked distributions"

@@ -15,11 +15,13 @@ from pathlib import Path
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# Passed through from outside when set: CI switches Hypothesis to its derandomized
-# profile; proxies and certificates are the runner's, never a test's business.
-ALWAYS_ALLOWED = ("CI", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+# Passed through from outside when set, and keyed: CI switches Hypothesis to its
+# derandomized profile. Nothing else: tests reach no network, so certificate and proxy
+# variables are not theirs.
+ALWAYS_ALLOWED = ("CI",)
 
-# What a CUDA process needs to find its driver and devices.
+# What a CUDA process needs to find its driver and devices. Each one can change a GPU
+# result, so every unit that gets them is keyed by their values (units.py).
 GPU_ALLOWED = (
     "CUDA_VISIBLE_DEVICES",
     "LD_LIBRARY_PATH",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import cache_key
+from hermetic import GPU_ALLOWED
 from targets import Graph, Target
 
 WORKSPACE = "dsv4-workspace"  # the root project in uv.lock: it holds the repo-wide groups
@@ -33,36 +34,80 @@ class Unit:
     cacheable: bool = True
     inputs: tuple[str, ...] = ()  # extra files: repository-relative, or 'artifacts/…' globs
     outputs: tuple[str, ...] = ()  # logical globs: 'artifacts/…' or repository-relative
+    # Runs in an execution root of exactly the files its key hashed. Tuning edits the
+    # repository's own tables, so it runs in the repository, like `bazel run`.
+    sandboxed: bool = True
+
+    @property
+    def gpu_environment(self) -> bool:
+        """The run gets the CUDA driver variables (and so they are keyed)."""
+        return self.gpu_in_key
 
 
 GPU_KINDS = ("bench", "tune")
 
 
 def needs_gpu(target: Target) -> bool:
-    """The run fails without a CUDA device: gpu-tagged tests, benches and tuning."""
+    """The run fails without a CUDA device: gpu-tagged tests, benches and tuning.
+
+    >>> needs_gpu(graph.targets["kernels-gpu"])
+    True
+    """
     return "gpu" in target.tags or target.kind in GPU_KINDS
 
 
 def target_unit(graph: Graph, target: Target) -> Unit:
+    """The unit of one declared target.
+
+    >>> unit = target_unit(graph, graph.targets["policy"])
+    >>> unit.outputs, unit.sandboxed
+    (('artifacts/junit/policy.xml',), True)
+    """
     outputs = (f"artifacts/junit/{target.name}.xml",) if target.pytest else ()
     gpu = needs_gpu(target)
+    gpu_env = gpu or target.kind == "report"
     return Unit(
         name=target.name,
         declaration=target.declaration(),
         packages=tuple(graph.target_packages(target)),
         lock_slices=((target.package.dist, target.groups),),
-        variables=target.env,
+        # Every variable that reaches the run is keyed: the target's own, and the CUDA
+        # driver's (LD_LIBRARY_PATH, CUDA_HOME, TRITON_PTXAS_PATH, …) where it gets them.
+        variables=tuple(dict.fromkeys((*target.env, *(GPU_ALLOWED if gpu_env else ())))),
         set_env=target.set_env,
         needs_gpu=gpu,
-        gpu_in_key=gpu or target.kind == "report",
+        gpu_in_key=gpu_env,
         cacheable=target.kind != "tune",
         inputs=target.inputs,
         outputs=(*outputs, *target.outputs),
+        sandboxed=target.kind != "tune",
     )
 
 
+# What `meta`'s tests read beyond tools/ and the policy sources: every package's
+# declarations (the target graph, the units' keys), the side environments' requirement
+# files the declarations name, and the lock the keys are made of.
+META_INPUTS = ("packages/*/pyproject.toml", "uv.lock", "ci/cache-server")
+
+
+def _declared_files(graph: Graph) -> tuple[str, ...]:
+    """Files the target declarations name and ``targets.load`` checks exist."""
+    found = {
+        (t.package.folder / aux.requirements).relative_to(graph.root).as_posix()
+        for t in graph.targets.values() for aux in t.aux_envs.values()
+    }
+    return tuple(sorted(found))
+# What `lint` checks beyond the packages and the build files.
+LINT_INPUTS = ("uv.lock", "ci")
+
+
 def repo_units(graph: Graph) -> dict[str, Unit]:
-    """The checks that belong to the repository rather than to one package."""
+    """The checks that belong to the repository rather than to one package.
+
+    >>> sorted(repo_units(graph))
+    ['build:dsv4-evals', 'build:dsv4-kernels', 'build:dsv4-policy', 'build:dsv4-vllm',
+     'lint', 'meta']
+    """
     every = tuple(graph.packages)
     units = {
         "meta": Unit(
@@ -70,14 +115,16 @@ def repo_units(graph: Graph) -> dict[str, Unit]:
             declaration={"session": "meta", "pytest": ["tools/tests"]},
             packages=("dsv4-policy",),
             lock_slices=(("dsv4-policy", ("test",)), (WORKSPACE, ("meta",))),
+            inputs=(*META_INPUTS, *_declared_files(graph)),
             outputs=("artifacts/junit/meta.xml",),
         ),
         "lint": Unit(
             name="lint",
-            declaration={"session": "lint", "checks": ["uv lock --check", "ruff", "lint-imports"]},
+            declaration={"session": "lint", "checks": [
+                "uv lock --check", "ruff", "lint-imports", "check-jsonschema"]},
             packages=every,
             lock_slices=((WORKSPACE, ("lint",)),),
-            inputs=("uv.lock",),
+            inputs=LINT_INPUTS,
         ),
     }
     for dist in every:
@@ -91,12 +138,22 @@ def repo_units(graph: Graph) -> dict[str, Unit]:
 
 
 def all_units(graph: Graph) -> dict[str, Unit]:
+    """Every cacheable unit by name: the declared targets and the repository checks.
+
+    >>> "meta" in all_units(graph) and "policy" in all_units(graph)
+    True
+    """
     return {**{t.name: target_unit(graph, t) for t in graph.targets.values()}, **repo_units(graph)}
 
 
 def key_for(
     graph: Graph, unit: Unit, arguments: Sequence[str], inputs: cache_key.KeyInputs
 ) -> cache_key.Key:
+    """The unit's cache key for this run.
+
+    >>> key_for(graph, units["policy"], [], key_inputs).digest[:8]
+    '577cd300'
+    """
     folders: dict[str, Path] = {d: graph.packages[d].folder for d in unit.packages}
     return cache_key.compute(
         name=unit.name,

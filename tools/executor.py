@@ -1,0 +1,282 @@
+"""The executor: every unit runs through the result cache and its execution root.
+
+For each unit a session asks for, in order:
+
+1. compute its key (``units.key_for``), before any environment exists;
+2. replay a stored pass of that key, restoring only the unit's declared outputs
+   (``result_cache.py`` checks every path a record names);
+3. otherwise bring the unit's own venv to its lock slice (``environments.py``), make
+   an execution root of exactly the files the key hashed (``sandbox.py``), and run it
+   there with an allowlisted environment (``hermetic.py``);
+4. bring back the files that match the unit's declared outputs, pass or fail, and
+   store the result if it passed.
+
+The noxfile only declares sessions and hands each one's units to :class:`Executor`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import cache_cli
+import cache_key
+import environments
+import gpu_checks
+import gpu_fingerprint
+import safe_fs
+import sandbox
+import units as build_units
+from hermetic import hermetic_env
+from lockfile import Lock, LockError
+from result_cache import CacheError, ResultCache
+from targets import Graph, Target
+
+TOOLS = Path(__file__).resolve().parent
+PLUGIN_DIR = TOOLS / "pytest_plugins"
+
+MAX_OUTPUT = 512 * 2**20  # the largest output a run may bring back (the blob cap)
+
+# A run: given its execution root (None for units that run in the repository).
+Run = Callable[[sandbox.ExecRoot | None], None]
+
+
+class Executor:
+    """Runs a repository's units: one per nox invocation, shared by its sessions.
+
+    >>> executor = Executor(root=ROOT, graph=GRAPH, artifacts=ROOT / "artifacts")
+    >>> executor.run_targets(session, [GRAPH.targets["policy"]], [], needs_gpu=False)
+    nox > policy: cached PASSED (key 577cd300, local, ran 244.1 s on 2026-12-01)
+    """
+
+    def __init__(self, *, root: Path, graph: Graph, artifacts: Path) -> None:
+        self.root = Path(root).resolve()
+        self.graph = graph
+        self.units = build_units.all_units(graph)
+        self.artifacts = Path(artifacts).resolve()
+        self._cache: ResultCache | None = None
+        self._lock: Lock | None = None
+        self._tree: cache_key.SourceTree | None = None
+
+    # ------------------------------------------------------------------ the cache
+    def resolve_output(self, logical: str) -> tuple[Path, str]:
+        """A logical output path as (trusted base folder, path below it).
+
+        >>> executor.resolve_output("artifacts/junit/policy.xml")
+        (PosixPath('/repo/artifacts'), 'junit/policy.xml')
+        >>> executor.resolve_output("report/report.md")
+        (PosixPath('/repo'), 'report/report.md')
+        """
+        head, _, rest = logical.partition("/")
+        return (self.artifacts, rest) if head == "artifacts" else (self.root, logical)
+
+    def cache(self, session) -> ResultCache:
+        """One cache per nox run, so that a failing remote is warned about once."""
+        if self._cache is None:
+            try:
+                self._cache = ResultCache.from_environment(
+                    os.environ, resolve_output=self.resolve_output, warn=session.warn
+                )
+            except (CacheError, ValueError) as exc:
+                session.error(str(exc))
+        return self._cache
+
+    def lock(self, session) -> Lock:
+        """``uv.lock``, parsed once per run; a broken one fails the session legibly."""
+        if self._lock is None:
+            try:
+                self._lock = Lock.load(self.root / "uv.lock")
+            except LockError as exc:
+                session.error(str(exc))
+        return self._lock
+
+    def key_inputs(self, session, gpu: Mapping[str, object] | None,
+                   venv: Path | None = None) -> cache_key.KeyInputs:
+        """What every key of this run is computed from, for one unit's venv."""
+        if self._tree is None:
+            self._tree = cache_key.SourceTree(self.root)
+        note = "--no-venv" if environments.offline(session) else (
+            "--no-install" if environments.no_install(session) else "")
+        return cache_key.KeyInputs(
+            root=self.root, tree=self._tree, lock=self.lock(session), outer_env=os.environ,
+            hermetic=environments.hermetic(session), gpu=gpu, artifacts=self.artifacts,
+            installed=environments.installed_reader(session, venv), note=note,
+        )
+
+    def key(self, session, unit: build_units.Unit, args: Sequence[str],
+            gpu: Mapping[str, object] | None, venv: Path | None = None) -> cache_key.Key:
+        """The unit's key for this run; a lock that lacks a slice fails the session."""
+        try:
+            return build_units.key_for(self.graph, unit, list(args),
+                                       self.key_inputs(session, gpu, venv))
+        except LockError as exc:
+            session.error(f"{unit.name}: {exc}")
+            raise
+
+    def replay(self, session, unit: build_units.Unit, key: cache_key.Key) -> bool:
+        """Serve a stored pass of ``key``: restore its declared outputs and say so."""
+        if not unit.cacheable:
+            return False
+        cache = self.cache(session)
+        hit = cache.lookup(key.digest, unit=unit.name, outputs=unit.outputs)
+        if hit is None:
+            if cache.mode == "require":
+                why = cache_cli.changes_since_latest(cache.local, key)
+                session.error(f"{unit.name}: cache miss under DSV4_CACHE=require "
+                              f"(key {key.digest[:8]}; {why})")
+            return False
+        written = cache.restore(hit.record, outputs=unit.outputs)
+        if len(written) != len(hit.record.outputs):  # refused or failed part-way: warned
+            return False
+        cache.local.event(kind="hit", target=unit.name, key=key.digest, origin=hit.origin,
+                          saved_s=hit.record.duration_s)
+        session.log(cache_cli.hit_line(unit.name, hit))
+        return True
+
+    # ------------------------------------------------------------------ running
+    def execute(self, session, unit: build_units.Unit, key: cache_key.Key, run: Run,
+                fingerprint: Mapping[str, object] | None = None) -> None:
+        """Run a missed unit in its execution root; bring its declared outputs back;
+        store the pass. A failure raises, after its outputs (JUnit) are back, and is
+        never stored."""
+        exec_root = None
+        if unit.sandboxed:
+            started = time.perf_counter()
+            exec_root = sandbox.create(
+                self.root / ".nox" / "_sandbox" / unit.name.replace(":", "-"),
+                repo_root=self.root, artifacts_dir=self.artifacts, files=key.files(),
+            )
+            session.log(f"{unit.name}: execution root of {len(key.files())} files in "
+                        f"{time.perf_counter() - started:.2f} s")
+        started = time.time()
+        try:
+            run(exec_root)
+        finally:
+            outputs = self._bring_back(exec_root, unit) if exec_root is not None else {}
+        duration = time.time() - started
+        cache = self.cache(session)
+        cache.local.event(kind="run", target=unit.name, key=key.digest,
+                          duration_s=round(duration, 3))
+        if not unit.cacheable:
+            return
+        record = cache.store(
+            key=key.digest, target=unit.name, duration_s=duration,
+            fingerprint=dict(fingerprint or {}), components=key.component_digests(),
+            files=key.files(), outputs=outputs, declared=unit.outputs,
+        )
+        if record is not None:
+            session.log(f"{unit.name}: PASSED in {duration:.1f} s, stored as {key.digest[:8]}")
+
+    def _bring_back(self, exec_root: sandbox.ExecRoot, unit: build_units.Unit) -> dict[str, Path]:
+        """Copy the run's declared outputs to their real places; return them."""
+        found = sandbox.collect(exec_root, unit.outputs)
+        for logical, path in found.items():
+            data = safe_fs.read_regular_under(
+                exec_root.root, path.relative_to(exec_root.root).as_posix(), limit=MAX_OUTPUT)
+            if data is None:
+                continue
+            base, relative = self.resolve_output(logical)
+            safe_fs.write_atomic_under(base, relative, data)
+        return found
+
+    def run_environment(self, session, *, venv: Path | None, exec_root: sandbox.ExecRoot | None,
+                        folders: Sequence[Path], session_dir: Path, allow: Sequence[str] = (),
+                        set_env: Mapping[str, str] | None = None, gpu: bool = False,
+                        extra_path: Sequence[Path] = ()) -> dict[str, str]:
+        """The complete environment of one run: allowlisted, with its own HOME, TMPDIR
+        and Triton cache, and, in an execution root, its sources only."""
+        if exec_root is not None:
+            added = sandbox.run_environment(exec_root, folders, self.root, PLUGIN_DIR)
+            paths = [*added["PYTHONPATH"].split(os.pathsep),
+                     *(str(exec_root.path(p, self.root)) for p in extra_path)]
+        else:
+            added = {"DSV4_ARTIFACTS_DIR": str(self.artifacts)}
+            paths = [str(PLUGIN_DIR), *(str(p) for p in extra_path)]
+            if venv is None:
+                paths += [str(f / "src") for f in folders]
+        env = hermetic_env(
+            outer=os.environ, session_dir=session_dir,
+            bin_dir=str(Path(environments.python(session, venv)).parent),
+            allow=allow, set_env=dict(set_env or {}), gpu=gpu, python_path=paths,
+        )
+        env.update({k: v for k, v in added.items() if k != "PYTHONPATH"})
+        return env
+
+    def run_target(self, session, target: Target, venv: Path | None,
+                   exec_root: sandbox.ExecRoot | None, extra: Sequence[str]) -> None:
+        """One declared target's command: pytest with JUnit, or its own command."""
+        unit = self.units[target.name]
+        set_env = {**target.set_env, **environments.aux_environments(session, self.root, target)}
+        env = self.run_environment(
+            session, venv=venv, exec_root=exec_root,
+            folders=environments.source_folders(self.graph, target),
+            session_dir=self.session_dir(session) / target.name, allow=target.env,
+            set_env=set_env, gpu=unit.gpu_environment,
+        )
+        python = environments.python(session, venv)
+        if target.pytest:
+            junit = Path(env["DSV4_ARTIFACTS_DIR"]) / "junit" / f"{target.name}.xml"
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [python, "-m", "pytest", *target.pytest, "-p", "dsv4_hermetic",
+                   "-p", "no:cacheprovider", f"--junitxml={junit}",
+                   f"--basetemp={env['TMPDIR']}/pytest", *extra]
+        else:
+            head, *rest = target.command
+            cmd = [python if head == "python" else head, *rest, *extra]
+        folder = exec_root.path(target.package.folder, self.root) if exec_root else (
+            target.package.folder)
+        with session.chdir(folder):
+            session.run("timeout", "--kill-after=30", str(int(target.timeout)), *cmd,
+                        env=env, include_outer_env=False, external=True)
+
+    def session_dir(self, session) -> Path:
+        """The session's own folder, for HOME, TMPDIR and the Triton cache."""
+        if environments.offline(session):
+            return self.artifacts / session.name
+        return Path(session.create_tmp()).resolve().parent
+
+    def run_targets(self, session, chosen: Sequence[Target], extra: Sequence[str], *,
+                    needs_gpu: bool) -> None:
+        """Replay every target whose key was seen to pass; sync and run only the rest."""
+        if needs_gpu:
+            gpu = gpu_checks.identity(session)
+        elif any(self.units[t.name].gpu_in_key for t in chosen):
+            gpu = gpu_fingerprint.identity_or_none()
+        else:
+            gpu = None
+        if environments.offline(session) and not needs_gpu:
+            gpu_checks.drift(session, self.lock(session), chosen)
+        misses = []
+        for target in chosen:
+            unit = self.units[target.name]
+            venv = environments.venv_for(session, target.name)
+            args = [*gpu_checks.pytest_args(gpu, target), *extra]
+            key = self.key(session, unit, args, gpu if unit.gpu_in_key else None, venv)
+            if not self.replay(session, unit, key):
+                misses.append((target, unit, venv, args, key))
+        fingerprint: dict = {}
+        for target, unit, venv, args, key in misses:
+            session.log(f"target {target.name} ({target.package.dist}, {target.kind})")
+            environments.sync(session, self.graph, venv, target.package.dist, target.groups)
+            if needs_gpu and not fingerprint:
+                fingerprint = gpu_checks.full_fingerprint(
+                    session, python=environments.python(session, venv),
+                    artifacts=self.artifacts, hermetic=environments.hermetic(session),
+                    lock=self.lock(session), chosen=[m[0] for m in misses],
+                )
+            self.execute(
+                session, unit, key,
+                lambda root, t=target, v=venv, a=args: self.run_target(session, t, v, root, a),
+                fingerprint if unit.needs_gpu else None,
+            )
+
+    def run_check(self, session, name: str, run: Run, *, args: Sequence[str] = ()) -> None:
+        """A repository check (``meta``, ``lint``, ``build:<dist>``) through the cache."""
+        unit = self.units[name]
+        venv = environments.venv_for(session, session.name)
+        key = self.key(session, unit, list(args), None, venv)
+        if not self.replay(session, unit, key):
+            self.execute(session, unit, key, run)
+
