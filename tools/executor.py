@@ -178,7 +178,9 @@ class Executor:
             if data is None:
                 continue
             base, relative = self.resolve_output(logical)
-            safe_fs.write_atomic_under(base, relative, data)
+            # A declared output's place is the build's own: a link or folder in the way
+            # is removed, never written through.
+            safe_fs.write_atomic_under(base, relative, data, replace=True)
         return found
 
     def run_environment(self, session, *, venv: Path | None, exec_root: sandbox.ExecRoot | None,
