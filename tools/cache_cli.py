@@ -23,11 +23,31 @@ from targets import Graph
 
 
 class UsageError(ValueError):
-    """Bad arguments to the cache or wheelhouse session."""
+    """Bad arguments to the cache or wheelhouse session.
+
+    Raised instead of argparse's exit, so that the noxfile turns it into one
+    ``session.error`` line rather than nox seeing a ``SystemExit``.
+
+    Example::
+
+        >>> main(["bogus"], cache=cache)
+        UsageError: nox -s cache --: argument command: invalid choice: 'bogus'
+        (choose from 'explain', 'stats', 'clean')
+    """
 
 
 def hit_line(name: str, hit: Hit) -> str:
-    """``policy: cached PASSED (key 1a2b3c4d, local, ran 118.2 s on 2026-12-01)``."""
+    """``policy: cached PASSED (key 1a2b3c4d, local, ran 118.2 s on 2026-12-01)``.
+
+    The line a session logs instead of running: it says the result is a replay, which
+    key and store it came from, and how long the original run took, so that a cached
+    pass is never mistaken for a fresh one.
+
+    Example::
+
+        >>> hit_line("policy", Hit(record, "local"))
+        'policy: cached PASSED (key 1a2b3c4d, local, ran 118.2 s on 2026-12-01)'
+    """
     record = hit.record
     return (
         f"{name}: cached PASSED (key {record.key[:8]}, {hit.origin}, "
@@ -45,7 +65,18 @@ def _file_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[s
 
 @dataclass(frozen=True)
 class Comparison:
-    """How a key's components compare with the target's last stored pass."""
+    """How a key's components compare with the target's last stored pass.
+
+    Kept apart from its printing so that ``explain`` (a table, or ``--json``) and the
+    one-phrase miss reason share one comparison.
+
+    Example::
+
+        >>> compare(store, key)
+        Comparison(status={'declaration': 'same', 'build': 'same',
+                           'sources:dsv4-policy': 'changed', 'environment': 'same', …},
+                   files=['packages/policy/src/dsv4_policy/__init__.py modified'], removed=[])
+    """
 
     status: dict[str, str]  # component -> "same" | "changed" | "new" | "no stored pass"
     files: list[str]  # file-level changes inside changed file components
@@ -53,6 +84,19 @@ class Comparison:
 
 
 def compare(local: LocalStore, key: cache_key.Key) -> Comparison:
+    """Compare ``key`` with the latest stored pass of its target in ``local``.
+
+    The stored record keeps its component and file digests for exactly this: a miss
+    can then be explained down to the files, not only as "the key changed". With no
+    stored pass every component reads ``"no stored pass"``.
+
+    Example::
+
+        >>> compare(LocalStore(empty_dir), key).status["build"]
+        'no stored pass'
+        >>> compare(store, key).files
+        ['packages/policy/src/dsv4_policy/__init__.py modified']
+    """
     latest = local.latest(key.target)
     if latest is None:
         return Comparison({c.name: "no stored pass" for c in key.components}, [], [])
@@ -65,7 +109,18 @@ def compare(local: LocalStore, key: cache_key.Key) -> Comparison:
 
 
 def changes_since_latest(local: LocalStore, key: cache_key.Key) -> str:
-    """One phrase for a miss: which components changed, and the first files."""
+    """One phrase for a miss: which components changed, and the first files.
+
+    Logged beside every run that the cache could not serve, so that an unexpected
+    miss shows its cause without a separate ``explain``. At most five files are named.
+
+    Example::
+
+        >>> changes_since_latest(store, key)
+        'changed: sources:dsv4-policy (packages/policy/src/dsv4_policy/__init__.py modified)'
+        >>> changes_since_latest(LocalStore(empty_dir), key)
+        'no stored pass of this target in the local cache'
+    """
     result = compare(local, key)
     if all(v == "no stored pass" for v in result.status.values()):
         return "no stored pass of this target in the local cache"
@@ -210,6 +265,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str], **context: object) -> int:
+    """Run ``nox -s cache -- explain TARGET | stats | clean`` with ``argv``.
+
+    ``context`` is what the commands need from the noxfile (``graph``, ``units``,
+    ``cache``, ``key_inputs``, ``gpu_identity``), passed in so that this module reads
+    no global state and can be driven from tests. Returns the exit status; bad
+    arguments raise :class:`UsageError`.
+
+    Example::
+
+        >>> main(["stats"], cache=cache, graph=graph, units=units)
+        result cache /home/me/.cache/dsv4 (mode on; remote: none)
+          0 records, 0 blobs, 0.0 MB
+          0 local hits, 0 remote hits, 0 runs; 0 s of runs replayed
+        0
+    """
     args = _parser().parse_args(argv)
     command = {"explain": _explain, "stats": _stats, "clean": _clean}[args.command]
     return command(args, **context)
@@ -217,6 +287,19 @@ def main(argv: list[str], **context: object) -> int:
 
 # --------------------------------------------------------------------------- wheelhouse
 def parse_wheelhouse_args(argv: list[str], *, default_targets: list[str], known: list[str]):
+    """Parse ``nox -s wheelhouse -- …``: Python version, platforms, output folder, targets.
+
+    It lives here, beside the cache's parser, to share :class:`UsageError` handling;
+    ``--targets`` is split on commas and checked against ``known``.
+
+    Example::
+
+        >>> parse_wheelhouse_args(
+        ...     ["--python", "3.12", "--platform", "manylinux_2_28_x86_64", "--out", "wh"],
+        ...     default_targets=["kernels-gpu", "vllm-gpu"], known=sorted(units))
+        Namespace(python='3.12', platform=['manylinux_2_28_x86_64'], out='wh',
+                  targets=['kernels-gpu', 'vllm-gpu'])
+    """
     parser = _Parser(prog="nox -s wheelhouse --",
                      description="Download the locked wheels that targets need, for offline use.")
     parser.add_argument("--python", required=True, help="e.g. 3.12")
@@ -235,7 +318,19 @@ def parse_wheelhouse_args(argv: list[str], *, default_targets: list[str], known:
 
 def requirement_blocks(text: str) -> dict[str, str]:
     """Split ``uv export`` output into one block per requirement (line plus hashes),
-    keyed by its requirement line, so that several exports merge without repeats."""
+    keyed by its requirement line, so that several exports merge without repeats.
+
+    Comments and blank lines are dropped, as are continuation lines other than
+    ``--hash`` (such as ``# via`` notes).
+
+    Example::
+
+        >>> text = Path("gpu.txt").read_text()  # from uv export
+        >>> list(requirement_blocks(text))
+        ['filelock==3.16.1', "numpy==2.1.0 ; python_version >= '3.10'"]
+        >>> requirement_blocks(text)["numpy==2.1.0 ; python_version >= '3.10'"].count("--hash")
+        2
+    """
     blocks: dict[str, str] = {}
     current: list[str] = []
 

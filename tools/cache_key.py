@@ -49,17 +49,37 @@ _JUNK_PARTS = {"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache", ".b
 
 
 def sha256_bytes(data: bytes) -> str:
+    """The hex sha256 of ``data``: the one digest every file and component uses.
+
+    >>> sha256_bytes(b"")
+    'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'
+    """
     return hashlib.sha256(data).hexdigest()
 
 
 def digest_json(value: object) -> str:
-    """sha256 of a canonical JSON form: key order and spacing never change a digest."""
+    """sha256 of a canonical JSON form: key order and spacing never change a digest.
+
+    >>> digest_json({"b": 1, "a": 2}) == digest_json({"a": 2, "b": 1})
+    True
+    >>> digest_json({"a": 2, "b": 1})
+    'd3626ac30a87e6f7a6428233b3c68299976865fa5508e4267c5415c76af7a772'
+    """
     return sha256_bytes(json.dumps(value, sort_keys=True, separators=(",", ":")).encode())
 
 
 @dataclass(frozen=True)
 class Component:
-    """One named input of a key. ``files`` maps path -> sha256 for file components."""
+    """One named input of a key. ``files`` maps path -> sha256 for file components.
+
+    A key is made of components, each digested on its own, so that ``explain`` can
+    say which input changed; ``detail`` is what it shows beside the digest, and
+    ``files`` lets it name the changed files.
+
+    >>> c = file_component("sources:dsv4-policy", SourceTree(Path(".")), ["packages/policy"])
+    >>> c.name, c.digest[:12], c.detail
+    ('sources:dsv4-policy', '911963f4562e', '92 files')
+    """
 
     name: str
     digest: str
@@ -69,19 +89,46 @@ class Component:
 
 @dataclass(frozen=True)
 class Key:
-    """A target run's key and the components it was computed from."""
+    """A target run's key and the components it was computed from.
+
+    The components are kept, not only the digest, so that a stored pass can record
+    them and a later miss can be compared with it.
+
+    >>> key = compute(name="policy", …)  # or units.key_for(graph, unit, [], inputs)
+    >>> key.target, [c.name for c in key.components]
+    ('policy', ['declaration', 'build', 'sources:dsv4-policy', 'environment', 'variables',
+                'interpreter', 'arguments'])
+    """
 
     target: str
     components: tuple[Component, ...]
 
     @property
     def digest(self) -> str:
+        """The key itself: a digest over the schema, the target name and every
+        component's name and digest, in order. Equal digests mean the stored result
+        stands; ``SCHEMA`` changes when the key's meaning does.
+
+        >>> key.digest
+        'aba86dc1c9afc44f3716152defa279a600498179942472db0d5fcf811c55c852'
+        """
         return digest_json([SCHEMA, self.target, [[c.name, c.digest] for c in self.components]])
 
     def component_digests(self) -> dict[str, str]:
+        """``{component name: digest}``: what a stored record keeps for ``explain``.
+
+        >>> key.component_digests()["build"]
+        '1b985346058457db1c35ddc43d75d32dc26431e1a295d208235b32ac10f237e5'
+        """
         return {c.name: c.digest for c in self.components}
 
     def files(self) -> dict[str, str]:
+        """Every file any component hashed, ``{path: sha256}``, so that a miss can be
+        explained file by file.
+
+        >>> list(key.files())[:3]
+        ['noxfile.py', '.importlinter', 'ci/bootstrap.txt']
+        """
         merged: dict[str, str] = {}
         for c in self.components:
             merged.update(c.files)
@@ -94,7 +141,13 @@ class SourceTree:
     git names the files (tracked, plus untracked files it does not ignore), so build
     outputs and caches never enter a key; the contents are hashed here from the
     working tree, so an uncommitted edit changes the key as it should. Outside a git
-    checkout every file counts, less the usual caches.
+    checkout every file counts, less the usual caches. One tree is shared by every key
+    of a nox run, so each file is listed and hashed once.
+
+    >>> tree = SourceTree(Path("."))
+    >>> sorted(tree.files_under("packages/*/pyproject.toml"))
+    ['packages/evals/pyproject.toml', 'packages/kernels/pyproject.toml',
+     'packages/policy/pyproject.toml', 'packages/vllm_integration/pyproject.toml']
     """
 
     def __init__(self, root: Path) -> None:
@@ -201,6 +254,16 @@ def _ignored(rel: str, rules: list[tuple[str, bool]]) -> bool:
 
 
 def file_component(name: str, tree: SourceTree, prefixes: Iterable[str]) -> Component:
+    """A component over the files at or below each of ``prefixes`` (folders, files or
+    globs): digested by content, with the file digests kept for ``explain``.
+
+    A declared input that git does not list (ignored, or generated at run time) is
+    hashed from disk instead, so it still counts.
+
+    >>> c = file_component("build", SourceTree(Path(".")), [*BUILD_FILES, *BUILD_FOLDERS])
+    >>> c.detail, list(c.files)[:2]
+    ('36 files', ['noxfile.py', '.importlinter'])
+    """
     files: dict[str, str] = {}
     for prefix in prefixes:
         found = tree.files_under(prefix)
@@ -222,7 +285,14 @@ def _on_disk(root: Path, prefix: str) -> dict[str, str]:
 def artifact_component(artifacts: Path | None, patterns: Sequence[str]) -> Component:
     """Files another target leaves in the artifacts folder (e.g. the last bench results
     that the report shows): hashed as they are now, so that a new bench run changes the
-    report's key."""
+    report's key.
+
+    ``patterns`` start with ``artifacts/``; no artifacts folder (or no match yet) is an
+    empty component, not an error.
+
+    >>> artifact_component(Path("artifacts"), ["artifacts/bench/*.json"]).detail
+    '0 files'
+    """
     files: dict[str, str] = {}
     for pattern in patterns:
         glob = pattern.partition("/")[2]
@@ -235,7 +305,13 @@ def artifact_component(artifacts: Path | None, patterns: Sequence[str]) -> Compo
 
 
 def interpreter() -> dict[str, str]:
-    """The interpreter a session runs with: the one running nox (venvs are made from it)."""
+    """The interpreter a session runs with: the one running nox (venvs are made from it).
+
+    Keyed because a new Python version or platform can change any result.
+
+    >>> interpreter()
+    {'implementation': 'cpython', 'version': '3.11.7', 'platform': 'linux-x86_64'}
+    """
     return {
         "implementation": sys.implementation.name,
         "version": platform.python_version(),
@@ -244,7 +320,15 @@ def interpreter() -> dict[str, str]:
 
 
 def installed_versions(locked: Sequence[Locked]) -> dict[str, str]:
-    """The version this interpreter has of each locked third-party distribution."""
+    """The version this interpreter has of each locked third-party distribution.
+
+    A non-hermetic run (``--no-venv``) uses whatever is installed, not the lock, so its
+    key includes these; editable (workspace) packages are skipped, their sources
+    being keyed already.
+
+    >>> installed_versions(Lock.load(Path("uv.lock")).closure("dsv4-policy", ["test"])[:4])
+    {'colorama': '(not installed)', 'hypothesis': '6.170.17', 'iniconfig': '2.3.1'}
+    """
     from importlib import metadata
 
     out: dict[str, str] = {}
@@ -259,7 +343,14 @@ def installed_versions(locked: Sequence[Locked]) -> dict[str, str]:
 
 
 def version_drift(locked: Sequence[Locked], installed: Mapping[str, str]) -> list[str]:
-    """Human lines for each distribution whose installed version is not the lock's."""
+    """Human lines for each distribution whose installed version is not the lock's.
+
+    Shown to warn that a non-hermetic result may not match what CI would get.
+
+    >>> version_drift(Lock.load(Path("uv.lock")).closure("dsv4-policy", ["test"]),
+    ...               {"pytest": "7.0.0"})
+    ['pytest: locked 9.2.0, installed 7.0.0']
+    """
     lines = []
     for dist in locked:
         have = installed.get(dist.name)
@@ -270,7 +361,16 @@ def version_drift(locked: Sequence[Locked], installed: Mapping[str, str]) -> lis
 
 @dataclass
 class KeyInputs:
-    """Everything a key needs beyond the target itself, gathered once per nox run."""
+    """Everything a key needs beyond the target itself, gathered once per nox run.
+
+    Gathered once so that the tree listing, the lock and the build component are
+    shared by every target's key, keeping a cache hit cheap.
+
+    >>> inputs = KeyInputs(root=ROOT, tree=SourceTree(ROOT), lock=Lock.load(ROOT / "uv.lock"),
+    ...                    outer_env=os.environ, hermetic=True, artifacts=ROOT / "artifacts")
+    >>> inputs.build_component().detail
+    '36 files'
+    """
 
     root: Path
     tree: SourceTree
@@ -286,6 +386,12 @@ class KeyInputs:
     _build: Component | None = None
 
     def build_component(self) -> Component:
+        """The ``build`` component (``BUILD_FILES`` and ``BUILD_FOLDERS``), computed on
+        first use and then reused: every key of the run has the same one.
+
+        >>> inputs.build_component().name, inputs.build_component().digest[:12]
+        ('build', '1b9853460584')
+        """
         if self._build is None:
             self._build = file_component("build", self.tree, [*BUILD_FILES, *BUILD_FOLDERS])
         return self._build
@@ -308,7 +414,17 @@ def compute(
 
     ``package_folders`` maps each intra-repo distribution in the environment to its
     folder; ``lock_slices`` lists (workspace package, groups) whose locked closure the
-    environment holds.
+    environment holds. ``extra_paths`` are the declared inputs: ``artifacts/…`` ones go
+    to the ``artifacts`` component, the rest to ``inputs``. The GPU component is added
+    only when ``keyed_by_gpu``.
+
+    >>> key = compute(
+    ...     name="policy", declaration=graph.targets["policy"].declaration(),
+    ...     package_folders={"dsv4-policy": ROOT / "packages/policy"},
+    ...     lock_slices=[("dsv4-policy", ["test"])], variables=[], set_env={},
+    ...     keyed_by_gpu=False, extra_paths=[], arguments=[], inputs=inputs)
+    >>> key.digest[:8], [c.name for c in key.components][:3]
+    ('aba86dc1', ['declaration', 'build', 'sources:dsv4-policy'])
     """
     components = [
         Component("declaration", digest_json(declaration), detail=declaration),

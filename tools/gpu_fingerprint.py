@@ -15,6 +15,22 @@ import sys
 
 
 def fingerprint() -> dict:
+    """The visible GPU and the software stack above it, as torch sees it, or an error.
+
+    Recorded beside every GPU and bench result, so that a number is always read with
+    the device, driver, CUDA, torch and triton it came from. It runs inside the
+    session's environment (that is where torch is); never raises.
+
+    Example::
+
+        >>> fingerprint()
+        {'gpu': 'NVIDIA H200', 'compute_capability': '9.0', 'arch': 'sm90',
+         'device_count': 1, 'multiprocessors': 132, 'memory_gib': 139.8,
+         'driver': '580.159.04', 'cuda': '13.0', 'torch': '2.11.0+cu130', 'triton': '3.6.0',
+         'python': '3.12.3'}
+        >>> fingerprint()  # on a machine without torch
+        {'error': "torch is not importable here (No module named 'torch')"}
+    """
     try:
         import torch
     except ImportError as exc:
@@ -44,7 +60,19 @@ def fingerprint() -> dict:
 
 
 def smi() -> dict:
-    """GPU names, compute capability, driver and count from nvidia-smi, or an error."""
+    """GPU names, compute capability, driver and count from nvidia-smi, or an error.
+
+    It needs no torch, so the result cache can key a GPU target, and the gpu session
+    can refuse early, before any environment is built. Never raises.
+
+    Example::
+
+        >>> smi()
+        {'gpus': ['NVIDIA H200'], 'compute_capability': ['9.0'], 'driver': '580.159.04',
+         'device_count': 1}
+        >>> smi()  # on a machine with no NVIDIA driver
+        {'error': 'nvidia-smi is not installed: no NVIDIA driver on this machine'}
+    """
     try:
         run = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version",
@@ -72,7 +100,15 @@ NO_GPU = {"gpus": [], "device_count": 0}
 
 def identity_or_none() -> dict:
     """:func:`smi`, or the identity of a machine with no GPU (for keys of targets whose
-    result depends on whether one is there, such as the report)."""
+    result depends on whether one is there, such as the report).
+
+    Such a target runs anywhere, so a missing GPU is a value to key by, not an error.
+
+    Example::
+
+        >>> identity_or_none()  # on a CPU machine
+        {'gpus': [], 'device_count': 0}
+    """
     data = smi()
     return dict(NO_GPU) if "error" in data else data
 

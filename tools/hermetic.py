@@ -61,6 +61,21 @@ def hermetic_env(
     ``session_dir`` gets fresh ``home``, ``tmp`` and ``triton-cache`` folders (the
     temp folder is emptied on every call; the Triton cache is kept between runs
     of the same session so reruns skip compiles).
+
+    The result is the whole environment, not additions to ``outer``: that is what
+    lets the result cache treat a target's result as a function of its key. From
+    ``outer`` only ``CI``, the GPU variables (when ``gpu``) and ``allow`` get in;
+    ``set_env`` wins over all of them.
+
+    Example::
+
+        >>> env = hermetic_env(
+        ...     outer={"CI": "true", "HOME": "/root", "PYTHONPATH": "/junk"},
+        ...     session_dir=Path(".nox/.hermetic/policy"), bin_dir="/repo/.nox/policy/bin",
+        ...     allow=[], set_env={"TRITON_INTERPRET": "1"}, gpu=False, python_path=[])
+        >>> env["PATH"], env["HOME"], env["CI"], env["TRITON_INTERPRET"], "PYTHONPATH" in env
+        ('/repo/.nox/policy/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+         '.nox/.hermetic/policy/home', 'true', '1', False)
     """
     session_dir = Path(session_dir)
     home, tmp, triton = (session_dir / "home", session_dir / "tmp", session_dir / "triton-cache")

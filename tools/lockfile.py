@@ -20,12 +20,32 @@ from pathlib import Path
 
 
 class LockError(ValueError):
-    """The lock file is missing, unreadable, or does not name what was asked for."""
+    """The lock file is missing, unreadable, or does not name what was asked for.
+
+    Its message says what to do (usually ``uv lock``), because a stale lock is the
+    common cause and the session that hits it should say so in one line.
+
+    Example::
+
+        >>> Lock.load(Path("nope.lock"))
+        LockError: nope.lock: no lock file; run `uv lock` at the repository root
+    """
 
 
 @dataclass(frozen=True)
 class Locked:
-    """One pinned distribution of the lock, as the cache key and wheelhouse see it."""
+    """One pinned distribution of the lock, as the cache key and wheelhouse see it.
+
+    Only the fields that decide what gets installed: name, version, where it comes
+    from and the hashes of its files. ``editable`` marks the workspace's own packages,
+    whose contents the key hashes as sources instead.
+
+    Example::
+
+        >>> Lock.load(Path("uv.lock")).closure("dsv4-policy", ["test"])[0]
+        Locked(name='colorama', version='0.4.6', source='registry:https://pypi.org/simple',
+               hashes=('sha256:08695f5c…', 'sha256:4f1d9991…'), editable=False)
+    """
 
     name: str
     version: str
@@ -34,6 +54,15 @@ class Locked:
     editable: bool
 
     def as_record(self) -> dict[str, object]:
+        """The JSON form the cache key digests (``editable`` is left out: editable
+        packages are never part of a key's environment component).
+
+        Example::
+
+            >>> Lock.load(Path("uv.lock")).closure("dsv4-policy", ["test"])[0].as_record()
+            {'name': 'colorama', 'version': '0.4.6', 'source': 'registry:https://pypi.org/simple',
+             'hashes': ['sha256:08695f5c…', 'sha256:4f1d9991…']}
+        """
         return {
             "name": self.name,
             "version": self.version,
@@ -43,12 +72,31 @@ class Locked:
 
 
 def normalise(name: str) -> str:
-    """PEP 503 name normalisation, the form the lock uses."""
+    """PEP 503 name normalisation, the form the lock uses.
+
+    Requirements and declarations spell names freely (``Typing_Extensions``); every
+    lookup goes through this so that they all find the lock's entry.
+
+    Example::
+
+        >>> normalise("Typing_Extensions"), normalise("dsv4.policy")
+        ('typing-extensions', 'dsv4-policy')
+    """
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
 class Lock:
-    """A parsed ``uv.lock``: look packages up and take dependency closures."""
+    """A parsed ``uv.lock``: look packages up and take dependency closures.
+
+    Read with ``tomllib`` rather than ``uv``, so it works before any environment
+    exists and on runners that have no uv.
+
+    Example::
+
+        >>> lock = Lock.load(Path("uv.lock"))
+        >>> lock.source, len(lock.closure("dsv4-policy", ["test"]))
+        ('uv.lock', 11)
+    """
 
     def __init__(self, data: Mapping[str, object], source: str) -> None:
         self.source = source
@@ -62,6 +110,14 @@ class Lock:
 
     @classmethod
     def load(cls, path: Path) -> Lock:
+        """Read and parse the lock at ``path``; a missing or malformed file is a
+        :class:`LockError` that names it, never a bare ``OSError`` or TOML error.
+
+        Example::
+
+            >>> Lock.load(Path("uv.lock")).source
+            'uv.lock'
+        """
         try:
             return cls(tomllib.loads(Path(path).read_text()), str(path))
         except FileNotFoundError:
@@ -83,7 +139,16 @@ class Lock:
 
         Markers are not evaluated: a dependency that only some platform installs is
         still part of the slice. That can only make a key change more often, never
-        let a changed environment keep its old key.
+        let a changed environment keep its old key. Extras are followed; the result is
+        sorted by name and version, and includes ``package`` itself (editable).
+
+        Example::
+
+            >>> lock = Lock.load(Path("uv.lock"))
+            >>> [(d.name, d.version) for d in lock.closure("dsv4-policy", ["test"])][:3]
+            [('colorama', '0.4.6'), ('dsv4-policy', '0.1.0'), ('hypothesis', '6.170.17')]
+            >>> lock.closure("dsv4-policy", ["nosuch"])
+            LockError: uv.lock: dsv4-policy has no locked group 'nosuch'; locked groups: test
         """
         roots = self._entries(package, None)
         todo: list[tuple[str, str | None, tuple[str, ...]]] = []

