@@ -152,7 +152,7 @@ def tls_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pa
     """A certificate for 127.0.0.1 that clients made from now on trust (SSL_CERT_FILE)."""
     files = hs.self_signed(tmp_path)
     if files is None:
-        pytest.skip("the openssl command is not installed")
+        pytest.fail("the openssl command is not installed: apt-get install -y openssl")
     monkeypatch.setenv("SSL_CERT_FILE", str(files[0]))
     return files
 
@@ -168,7 +168,7 @@ def test_https_with_basic_auth(tls_files: tuple[Path, Path], lines: list[str]) -
 def test_an_untrusted_certificate_is_one_line(tmp_path: Path, lines: list[str]) -> None:
     files = hs.self_signed(tmp_path)
     if files is None:
-        pytest.skip("the openssl command is not installed")
+        pytest.fail("the openssl command is not installed: apt-get install -y openssl")
     with HostileServer(tls=files) as secure:
         assert _client(secure.url, lines).get_record(KEY) is None
         assert secure.requests == []  # the credential never went out
