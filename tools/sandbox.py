@@ -35,7 +35,13 @@ HIDE_VARIABLE = "DSV4_SANDBOX_HIDE"  # read by sandbox_site/sitecustomize.py
 
 
 class SandboxError(RuntimeError):
-    """An execution root could not be made as the key describes it."""
+    """An execution root could not be made as the key describes it: a file changed
+    between hashing and copying, so the run would not be the one its key names.
+
+    >>> raise SandboxError("tools/x.py changed after the cache key was computed")
+    Traceback (most recent call last):
+    SandboxError: tools/x.py changed after the cache key was computed
+    """
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,11 @@ class ExecRoot:
     ``root`` mirrors the repository (``root / "packages/policy"`` …); ``artifacts`` is
     where the run's ``DSV4_ARTIFACTS_DIR`` points; ``inputs`` maps each file copied in
     to its sha256, so that :func:`collect` can tell outputs from inputs.
+
+    >>> exec_root = create(Path(".nox/_sandbox/policy"), repo_root=Path("."),
+    ...                    artifacts_dir=Path("artifacts"), files=key.files())
+    >>> exec_root.artifacts
+    PosixPath('.nox/_sandbox/policy/artifacts')
     """
 
     root: Path

@@ -22,6 +22,15 @@ WORKSPACE = "dsv4-workspace"  # the root project in uv.lock: it holds the repo-w
 
 @dataclass(frozen=True)
 class Unit:
+    """One cacheable unit of work: what its result depends on and what it leaves.
+
+    The executor keys, runs and replays units; the key, the execution root and the
+    outputs a record may restore all come from these fields.
+
+    >>> all_units(graph)["policy"].lock_slices
+    (('dsv4-policy', ('test',)),)
+    """
+
     name: str
     declaration: Mapping[str, object]
     packages: tuple[str, ...]  # intra-repo distributions whose sources are inputs
@@ -40,7 +49,11 @@ class Unit:
 
     @property
     def gpu_environment(self) -> bool:
-        """The run gets the CUDA driver variables (and so they are keyed)."""
+        """The run gets the CUDA driver variables (and so they are keyed).
+
+        >>> all_units(graph)["c128a-report"].gpu_environment
+        True
+        """
         return self.gpu_in_key
 
 
