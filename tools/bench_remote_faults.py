@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     rows = []
+    sys.stderr.write("warm-up run (venvs synced, not timed)\n")
+    _run(args.sessions, None)
     with HostileServer() as drip:
         drip.on("/cache/*", drip_body(interval=1.0, count=600))  # ten minutes a body
         for name, url in (("none", None), ("dead", _dead_url()), ("drip", drip.url + "/cache")):
