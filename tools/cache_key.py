@@ -20,6 +20,9 @@ is the digest of named *components*, each digested on its own, so that
 - ``gpu``: for targets that need one, or whose result depends on whether there is one
   (the report), the GPU (names, compute capability, driver, count; none at all on a
   CPU machine) and whether the run is hermetic;
+- ``vllm-sources``: on a non-hermetic run with ``DSV4_VLLM_SOURCES`` set, for targets
+  whose environment holds vLLM only, the bundle's manifest (the vLLM wheel's sha256, the
+  sources zip's and every import-time wheel's), never the folder's path;
 - ``arguments``: the extra arguments given after ``--``.
 
 Stdlib only, and cheap: a cache hit must cost about a second, before any
@@ -39,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import vllm_sources
 from lockfile import Lock, Locked
 
 SCHEMA = "dsv4-result-cache/1"
@@ -383,6 +387,9 @@ class KeyInputs:
     # under --no-venv, a reused venv's under --no-install.
     installed: Callable[[Sequence[Locked]], Mapping[str, str]] | None = None
     note: str = ""  # why the run is not hermetic, e.g. "--no-install"
+    # vLLM's Python sources (DSV4_VLLM_SOURCES), already checked; "auto" reads the variable
+    # from ``outer_env`` on first use, so that ``cache explain`` keys as the run does.
+    sources: vllm_sources.Bundle | str | None = "auto"
     _build: Component | None = None
 
     def build_component(self) -> Component:
@@ -395,6 +402,21 @@ class KeyInputs:
         if self._build is None:
             self._build = file_component("build", self.tree, [*BUILD_FILES, *BUILD_FOLDERS])
         return self._build
+
+    def vllm_bundle(self) -> vllm_sources.Bundle | None:
+        """The sources bundle this run puts on the path of targets that hold vLLM: only
+        on a non-hermetic run (a venv installs vLLM from the lock), and checked against
+        the lock; a damaged bundle raises :class:`vllm_sources.SourcesError`.
+
+        >>> KeyInputs(…, outer_env={"DSV4_VLLM_SOURCES": ".vllm-sources"},
+        ...           hermetic=False).vllm_bundle().describe()
+        '0.33.0 (python sources, no compiled extensions)'
+        """
+        if self.hermetic:
+            return None
+        if self.sources == "auto":
+            self.sources = vllm_sources.from_environment(self.outer_env, self.root, self.lock)
+        return self.sources
 
 
 def compute(
@@ -449,8 +471,14 @@ def compute(
         "hermetic": inputs.hermetic,
         "locked": [d.as_record() for d in pinned if not d.editable],
     }
+    sources = (inputs.vllm_bundle()
+               if any(d.name == vllm_sources.VLLM for d in pinned) else None)
     if not inputs.hermetic:
-        environment["installed"] = dict((inputs.installed or installed_versions)(pinned))
+        installed = dict((inputs.installed or installed_versions)(pinned))
+        if sources is not None:  # what the run imports first: the bundle's
+            names = {d.name for d in pinned}
+            installed.update({n: v for n, v in sources.versions().items() if n in names})
+        environment["installed"] = installed
         if inputs.note:
             environment["note"] = inputs.note
     components.append(Component(
@@ -458,6 +486,11 @@ def compute(
         detail=f"{len(environment['locked'])} locked distributions"
         + ("" if inputs.hermetic else ", non-hermetic: installed versions included"),
     ))
+    if sources is not None:
+        components.append(Component(
+            "vllm-sources", digest_json(sources.key_record()),
+            detail=f"non-hermetic: {sources.summary()}, manifest {sources.digest[:12]}",
+        ))
 
     names = sorted({"CI", *variables})
     values = {n: inputs.outer_env.get(n) for n in names}

@@ -11,6 +11,11 @@ For each unit a session asks for, in order:
 4. bring back the files that match the unit's declared outputs, pass or fail, and
    store the result if it passed.
 
+With ``DSV4_VLLM_SOURCES`` set (``vllm_sources.py``), a ``--no-venv`` run puts vLLM's
+Python sources first on the path of every target whose environment holds vLLM, keys it
+by the bundle's manifest and says so in the GPU fingerprint; such a target with no vLLM
+at all fails before pytest with one message that says how to provide it.
+
 The noxfile only declares sessions and hands each one's units to :class:`Executor`.
 """
 
@@ -29,6 +34,7 @@ import gpu_fingerprint
 import safe_fs
 import sandbox
 import units as build_units
+import vllm_sources
 from hermetic import hermetic_env
 from lockfile import Lock, LockError
 from result_cache import CacheError, ResultCache
@@ -59,6 +65,7 @@ class Executor:
         self._cache: ResultCache | None = None
         self._lock: Lock | None = None
         self._tree: cache_key.SourceTree | None = None
+        self._sources: vllm_sources.Bundle | str | None = "unread"
 
     # ------------------------------------------------------------------ the cache
     def resolve_output(self, logical: str) -> tuple[Path, str]:
@@ -92,6 +99,21 @@ class Executor:
                 session.error(str(exc))
         return self._lock
 
+    def sources(self, session) -> vllm_sources.Bundle | None:
+        """The vLLM sources bundle ``DSV4_VLLM_SOURCES`` names, checked against the lock
+        once per run; a damaged or stale one fails the session legibly.
+
+        >>> executor.sources(session).describe()   # DSV4_VLLM_SOURCES=.vllm-sources
+        '0.33.0 (python sources, no compiled extensions)'
+        """
+        if self._sources == "unread":
+            try:
+                self._sources = vllm_sources.from_environment(os.environ, self.root,
+                                                              self.lock(session))
+            except vllm_sources.SourcesError as exc:
+                session.error(str(exc))
+        return self._sources
+
     def key_inputs(self, session, gpu: Mapping[str, object] | None,
                    venv: Path | None = None) -> cache_key.KeyInputs:
         """What every key of this run is computed from, for one unit's venv."""
@@ -103,6 +125,7 @@ class Executor:
             root=self.root, tree=self._tree, lock=self.lock(session), outer_env=os.environ,
             hermetic=environments.hermetic(session), gpu=gpu, artifacts=self.artifacts,
             installed=environments.installed_reader(session, venv), note=note,
+            sources=self.sources(session),
         )
 
     def key(self, session, unit: build_units.Unit, args: Sequence[str],
@@ -186,9 +209,14 @@ class Executor:
     def run_environment(self, session, *, venv: Path | None, exec_root: sandbox.ExecRoot | None,
                         folders: Sequence[Path], session_dir: Path, allow: Sequence[str] = (),
                         set_env: Mapping[str, str] | None = None, gpu: bool = False,
-                        extra_path: Sequence[Path] = ()) -> dict[str, str]:
+                        extra_path: Sequence[Path] = (),
+                        outside_path: Sequence[Path] = ()) -> dict[str, str]:
         """The complete environment of one run: allowlisted, with its own HOME, TMPDIR
-        and Triton cache, and, in an execution root, its sources only."""
+        and Triton cache, and, in an execution root, its sources only.
+
+        ``extra_path`` are repository folders (their execution-root copies go on the
+        path); ``outside_path`` are folders outside the repository's files that the key
+        names by content (the unpacked vLLM sources), put on the path as they are."""
         if exec_root is not None:
             added = sandbox.run_environment(exec_root, folders, self.root, PLUGIN_DIR)
             paths = [*added["PYTHONPATH"].split(os.pathsep),
@@ -198,6 +226,7 @@ class Executor:
             paths = [str(PLUGIN_DIR), *(str(p) for p in extra_path)]
             if venv is None:
                 paths += [str(f / "src") for f in folders]
+        paths += [str(p) for p in outside_path]
         env = hermetic_env(
             outer=os.environ, session_dir=session_dir,
             bin_dir=str(Path(environments.python(session, venv)).parent),
@@ -207,15 +236,23 @@ class Executor:
         return env
 
     def run_target(self, session, target: Target, venv: Path | None,
-                   exec_root: sandbox.ExecRoot | None, extra: Sequence[str]) -> None:
-        """One declared target's command: pytest with JUnit, or its own command."""
+                   exec_root: sandbox.ExecRoot | None, extra: Sequence[str],
+                   sources: Path | None = None) -> None:
+        """One declared target's command: pytest with JUnit, or its own command.
+
+        ``sources`` is the unpacked vLLM sources bundle, for targets that hold vLLM in
+        that mode: last on ``PYTHONPATH`` (before the interpreter's own packages), and
+        named to the run in ``DSV4_VLLM_SOURCES``."""
         unit = self.units[target.name]
         set_env = {**target.set_env, **environments.aux_environments(session, self.root, target)}
+        if sources is not None:
+            set_env[vllm_sources.VARIABLE] = str(sources)
         env = self.run_environment(
             session, venv=venv, exec_root=exec_root,
             folders=environments.source_folders(self.graph, target),
             session_dir=self.session_dir(session) / target.name, allow=target.env,
             set_env=set_env, gpu=unit.gpu_environment,
+            outside_path=[sources] if sources is not None else (),
         )
         python = environments.python(session, venv)
         if target.pytest:
@@ -248,8 +285,15 @@ class Executor:
             gpu = gpu_fingerprint.identity_or_none()
         else:
             gpu = None
+        bundle = self.sources(session)
+        holders = {t.name for t in chosen if self.holds_vllm(session, t)}
+        if bundle is not None and holders and not environments.offline(session):
+            session.error(
+                f"{vllm_sources.VARIABLE} is for --no-venv runs: a venv installs vllm from "
+                f"uv.lock. Run `nox --no-venv -s {session.name}`, or unset the variable")
         if environments.offline(session) and not needs_gpu:
-            gpu_checks.drift(session, self.lock(session), chosen)
+            gpu_checks.drift(session, self.lock(session), chosen,
+                             overrides=bundle.versions() if bundle and holders else None)
         misses = []
         for target in chosen:
             unit = self.units[target.name]
@@ -258,21 +302,63 @@ class Executor:
             key = self.key(session, unit, args, gpu if unit.gpu_in_key else None, venv)
             if not self.replay(session, unit, key):
                 misses.append((target, unit, venv, args, key))
+        missed_holders = [m[0].name for m in misses if m[0].name in holders]
+        if bundle is None and missed_holders:
+            self.require_vllm(session, missed_holders, [t.name for t in chosen])
         fingerprint: dict = {}
         for target, unit, venv, args, key in misses:
             session.log(f"target {target.name} ({target.package.dist}, {target.kind})")
             environments.sync(session, self.graph, venv, target.package.dist, target.groups)
+            site = None
+            if bundle is not None and target.name in holders:
+                site = bundle.site(self.root)
+                session.log(f"{target.name}: vllm {bundle.describe()} from {site}")
             if needs_gpu and not fingerprint:
                 fingerprint = gpu_checks.full_fingerprint(
                     session, python=environments.python(session, venv),
                     artifacts=self.artifacts, hermetic=environments.hermetic(session),
                     lock=self.lock(session), chosen=[m[0] for m in misses],
+                    sources=bundle if missed_holders else None,
                 )
             self.execute(
                 session, unit, key,
-                lambda root, t=target, v=venv, a=args: self.run_target(session, t, v, root, a),
+                lambda root, t=target, v=venv, a=args, s=site: self.run_target(
+                    session, t, v, root, a, sources=s),
                 fingerprint if unit.needs_gpu else None,
             )
+
+    def holds_vllm(self, session, target: Target) -> bool:
+        """Whether the target's environment holds vLLM (its lock slice names it).
+
+        >>> executor.holds_vllm(session, GRAPH.targets["vllm-gpu"])
+        True
+        """
+        return vllm_sources.holds_vllm(self.lock(session), target.package.dist, target.groups)
+
+    def require_vllm(self, session, names: Sequence[str], chosen: Sequence[str]) -> None:
+        """Fail before anything runs when targets that need vLLM cannot have it: under
+        ``--no-venv`` the interpreter cannot import it; with a venv, the offline
+        wheelhouse it would come from lacks its wheel. One message names the targets,
+        the locked version and the two ways to provide it.
+
+        >>> executor.require_vllm(session, ["vllm-gpu"], ["kernels-gpu", "vllm-gpu"])
+        nox > Session gpu aborted: vllm-gpu needs vllm 0.33.0 (pinned in uv.lock), and …
+        """
+        version = vllm_sources.locked(self.lock(session))[vllm_sources.VLLM].version
+        house = environments.wheelhouse()
+        if environments.offline(session):
+            python = environments.python(session, None)
+            if vllm_sources.importable(python):
+                return
+            why = (f"--no-venv, and {python} cannot import vllm (nor is "
+                   f"{vllm_sources.VARIABLE} set)")
+        elif house is not None and not vllm_sources.wheelhouse_has_vllm(house, version):
+            why = f"the wheelhouse DSV4_WHEELHOUSE={house} holds no vllm-{version} wheel"
+        else:
+            return
+        others = [n for n in chosen if n not in names]
+        session.error(vllm_sources.missing_message(names, version, why, session=session.name,
+                                                   others=others))
 
     def run_check(self, session, name: str, run: Run, *, args: Sequence[str] = ()) -> None:
         """A repository check (``meta``, ``lint``, ``build:<dist>``) through the cache."""

@@ -4,18 +4,21 @@ A GPU session must fail, never skip, on a machine without a GPU; its key needs t
 GPU's identity (read with ``nvidia-smi``, no torch, before any environment exists);
 and its results need the full fingerprint (torch, triton, CUDA, read in the run's own
 interpreter). A ``--no-venv`` run also prints every installed version that is not the
-lock's, since it is not hermetic.
+lock's, since it is not hermetic. With vLLM from its Python sources
+(``DSV4_VLLM_SOURCES``), the fingerprint says so: ``"vllm": "0.33.0 (python sources, no
+compiled extensions)"`` and the bundle's wheel and manifest digests.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import cache_key
 import gpu_fingerprint
+import vllm_sources
 from hermetic import hermetic_env
 from lockfile import Lock
 from targets import Target
@@ -42,10 +45,11 @@ def identity(session) -> dict:
     return data
 
 
-def drift(session, lock: Lock, chosen: Sequence[Target], *, why: str = "--no-venv"
-          ) -> tuple[dict, list[str]]:
+def drift(session, lock: Lock, chosen: Sequence[Target], *, why: str = "--no-venv",
+          overrides: Mapping[str, str] | None = None) -> tuple[dict, list[str]]:
     """Every installed version beside the lock's, for a non-hermetic run; the
-    differences are printed as one warning.
+    differences are printed as one warning. ``overrides`` are versions the run imports
+    ahead of the interpreter's own (the vLLM sources bundle's).
 
     >>> versions, lines = drift(session, lock, [graph.targets["kernels-gpu"]])
     >>> lines[0]
@@ -54,6 +58,7 @@ def drift(session, lock: Lock, chosen: Sequence[Target], *, why: str = "--no-ven
     locked = {d.name: d for t in chosen for d in lock.closure(t.package.dist, t.groups)}
     pinned = sorted(locked.values(), key=lambda d: d.name)
     installed = cache_key.installed_versions(pinned)
+    installed.update({n: v for n, v in (overrides or {}).items() if n in installed})
     lines = cache_key.version_drift(pinned, installed)
     if lines:
         session.warn(
@@ -66,14 +71,19 @@ def drift(session, lock: Lock, chosen: Sequence[Target], *, why: str = "--no-ven
 
 
 def full_fingerprint(session, *, python: str, artifacts: Path, hermetic: bool,
-                     lock: Lock, chosen: Sequence[Target]) -> dict:
+                     lock: Lock, chosen: Sequence[Target],
+                     sources: vllm_sources.Bundle | None = None) -> dict:
     """The torch-side fingerprint, read in the run's interpreter after install: GPU,
     CUDA, torch, triton and whether the run is hermetic. Written to
-    ``artifacts/<session>-fingerprint.json`` and summarised in one log line.
+    ``artifacts/<session>-fingerprint.json`` and summarised in one log line. With
+    ``sources`` (vLLM from its Python sources for targets that hold it), ``"vllm"``
+    says that mode and ``"vllm_sources"`` the bundle's digests.
 
     >>> full_fingerprint(session, python=".nox/kernels-gpu/bin/python",
     ...                  artifacts=Path("artifacts"), hermetic=True, lock=lock, chosen=[])
     {'gpu': 'NVIDIA H200', 'capability': '9.0', 'torch': '2.11.0+cu130', …}
+    >>> full_fingerprint(…, hermetic=False, sources=bundle)["vllm"]
+    '0.33.0 (python sources, no compiled extensions)'
     """
     env = hermetic_env(
         outer=os.environ, session_dir=artifacts / session.name / "probe",
@@ -85,12 +95,16 @@ def full_fingerprint(session, *, python: str, artifacts: Path, hermetic: bool,
     if "error" in data:
         session.error(f"no CUDA device visible: {data['error']}")
     data["hermetic"] = hermetic
+    if sources is not None:
+        data["vllm"] = sources.describe()
+        data["vllm_sources"] = sources.fingerprint()
     if not hermetic:
-        data["versions"], data["version_drift"] = drift(session, lock, chosen)
+        data["versions"], data["version_drift"] = drift(
+            session, lock, chosen, overrides=sources.versions() if sources else None)
     artifacts.mkdir(parents=True, exist_ok=True)
     path = artifacts / f"{session.name}-fingerprint.json"
     path.write_text(json.dumps(data, indent=2) + "\n")
-    shown = {k: v for k, v in data.items() if k != "versions"}
+    shown = {k: v for k, v in data.items() if k not in ("versions", "vllm_sources")}
     shown["version_drift"] = len(data.get("version_drift", []))
     session.log(f"GPU fingerprint: {json.dumps(shown)} (in full: {path})")
     return data

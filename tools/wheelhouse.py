@@ -4,6 +4,11 @@ Offline GPU runners reach no package index, yet their runs should still be herme
 this downloads the lock's own wheels for the chosen targets (plus nox, uv and the build
 backend), so that ``DSV4_WHEELHOUSE=DIR nox -s gpu`` installs the same pins with the
 same hashes from that folder alone.
+
+``--vllm-sources`` makes the other offline bundle instead: vLLM's Python sources from
+the locked wheel plus the import-time wheels a GPU runner lacks, for
+``DSV4_VLLM_SOURCES=DIR nox --no-venv -s gpu`` where the locked vLLM cannot be
+installed (``vllm_sources.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +18,12 @@ from pathlib import Path
 
 import cache_cli
 import units as build_units
+import vllm_sources
 from environments import WORKSPACE
+from lockfile import Lock, LockError
 from targets import Graph
+
+SOURCES_FLAG = "--vllm-sources"
 
 
 def download(session, graph: Graph) -> None:
@@ -23,12 +32,34 @@ def download(session, graph: Graph) -> None:
     >>> download(session, graph)   # nox -s wheelhouse -- --python 3.12 \\
     ...                            #   --platform manylinux_2_28_x86_64 --out /tmp/wh
     nox > wheelhouse /tmp/wh: 131 pinned distributions for kernels-gpu, vllm-gpu, …
+    >>> download(session, graph)   # nox -s wheelhouse -- --vllm-sources --python 3.12 \\
+    ...                            #   --platform manylinux_2_28_x86_64 --out .vllm-sources
+    nox > vllm sources .vllm-sources: vllm 0.33.0 (python sources, no compiled extensions), …
     """
-    args = cache_cli.parse_wheelhouse_args(
-        list(session.posargs),
-        default_targets=[t.name for t in graph.targets.values() if build_units.needs_gpu(t)],
-        known=list(graph.targets),
-    )
+    posargs = list(session.posargs)
+    sources = SOURCES_FLAG in posargs
+    if sources:
+        posargs.remove(SOURCES_FLAG)
+    try:
+        args = cache_cli.parse_wheelhouse_args(
+            posargs,
+            default_targets=[t.name for t in graph.targets.values() if build_units.needs_gpu(t)],
+            known=list(graph.targets),
+        )
+    except cache_cli.UsageError as exc:
+        session.error(str(exc))
+    if sources:
+        try:
+            vllm_sources.download(session, Lock.load(graph.root / "uv.lock"), python=args.python,
+                                  platforms=args.platform, out=Path(args.out).resolve())
+        except (vllm_sources.SourcesError, LockError) as exc:
+            session.error(str(exc))
+        return
+    _locked_wheels(session, graph, args)
+
+
+def _locked_wheels(session, graph: Graph, args) -> None:
+    """The wheelhouse proper: every locked wheel of the chosen targets' slices."""
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     slices = [(WORKSPACE, ("backend", "nox"))]
