@@ -1,4 +1,6 @@
-"""Shared fixtures: Hypothesis profiles, the GPU gate, vLLM's module, log capture."""
+"""Shared fixtures: Hypothesis profiles, the GPU gate, vLLM's module, log capture, and, when
+vLLM runs from its Python sources (``DSV4_VLLM_SOURCES``), vLLM's CUDA platform for the
+modules under test (``sources_platform.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
+import sources_platform
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -42,6 +45,33 @@ def _gpu_gate(request: pytest.FixtureRequest) -> None:
     if not torch.cuda.is_available():
         pytest.fail("this test is marked gpu and needs CUDA, but torch.cuda.is_available() "
                     "is False", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sources_platform() -> Iterator[object | None]:
+    """From vLLM's Python sources, the modules under test see vLLM's CUDA platform (the
+    stand-in); anywhere else nothing changes and this yields None."""
+    if not sources_platform.sources_mode():
+        yield None
+        return
+    stand_in, before = sources_platform.patch_modules()
+    yield stand_in
+    sources_platform.restore(before)
+
+
+@pytest.fixture(autouse=True)
+def _platform_questions(_sources_platform: object | None) -> Iterator[None]:
+    """Fail a test whose code asked the stand-in something it does not answer as vLLM's
+    CUDA platform would (it would get ``Platform``'s generic default instead)."""
+    yield
+    if _sources_platform is None:
+        return
+    kind = type(_sources_platform)
+    unanswered = sorted(kind.asked - sources_platform.answered(kind))
+    if unanswered:
+        pytest.fail(f"vLLM asked its platform {unanswered}, which the sources-mode stand-in "
+                    "does not answer as vLLM's CUDA platform; answer it in "
+                    "tests/sources_platform.py", pytrace=False)
 
 
 @pytest.fixture(scope="session")
