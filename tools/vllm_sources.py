@@ -5,7 +5,7 @@ with another torch cannot install it. Its ``.py`` files import on that torch all
 same, and the DeepSeek-V4 metadata path the plugin patches needs none of vLLM's
 compiled extensions. This module makes that a mode of the build, not a recipe:
 
-- ``nox -s wheelhouse -- --vllm-sources --python 3.12 --platform manylinux_2_28_x86_64
+- ``nox -s wheelhouse -- --vllm-sources --python 3.12 --platform manylinux_2_31_x86_64
   --out .vllm-sources`` (:func:`download`, on a machine with network access) fetches the
   locked vLLM wheel, checks its sha256 against ``uv.lock``, keeps every ``.py`` file
   outside ``vllm/third_party/`` (and the wheel's ``METADATA`` and ``entry_points.txt``,
@@ -80,7 +80,7 @@ class SourcesError(ValueError):
 
 
 REMAKE = ("nox -s wheelhouse -- --vllm-sources --python 3.12 "
-          "--platform manylinux_2_28_x86_64 --out .vllm-sources")
+          "--platform manylinux_2_31_x86_64 --out .vllm-sources")
 
 
 def _sha256_file(path: Path) -> str:
@@ -198,7 +198,7 @@ def build(out: Path, *, vllm_wheel: Path, wheels: Iterable[Path], lock: Lock,
 
     >>> build(Path(".vllm-sources"), vllm_wheel=Path("dl/vllm-0.33.0-…whl"),
     ...       wheels=Path("dl").glob("*.whl"), lock=lock, python="3.12",
-    ...       platforms=["manylinux_2_28_x86_64"])["vllm"]
+    ...       platforms=["manylinux_2_31_x86_64"])["vllm"]
     '0.33.0'
     """
     pins = locked(lock)
@@ -285,7 +285,7 @@ def download(session, lock: Lock, *, python: str, platforms: Sequence[str], out:
     """``nox -s wheelhouse -- --vllm-sources …``: download the locked vLLM wheel and the
     import-time wheels, hash-checked by pip against the lock, then :func:`build`.
 
-    >>> download(session, lock, python="3.12", platforms=["manylinux_2_28_x86_64"],
+    >>> download(session, lock, python="3.12", platforms=["manylinux_2_31_x86_64"],
     ...          out=Path(".vllm-sources"))
     nox > vllm sources .vllm-sources: vllm 0.33.0 (python sources, no compiled extensions),
           3024 .py files in 12.1 MB, 23 import-time wheels in 17.9 MB; …

@@ -33,7 +33,7 @@ def download(session, graph: Graph) -> None:
     ...                            #   --platform manylinux_2_28_x86_64 --out /tmp/wh
     nox > wheelhouse /tmp/wh: 131 pinned distributions for kernels-gpu, vllm-gpu, …
     >>> download(session, graph)   # nox -s wheelhouse -- --vllm-sources --python 3.12 \\
-    ...                            #   --platform manylinux_2_28_x86_64 --out .vllm-sources
+    ...                            #   --platform manylinux_2_31_x86_64 --out .vllm-sources
     nox > vllm sources .vllm-sources: vllm 0.33.0 (python sources, no compiled extensions), …
     """
     posargs = list(session.posargs)
