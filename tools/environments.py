@@ -86,6 +86,17 @@ def python(session, venv: Path | None) -> str:
     return sys.executable if venv is None else str(venv / "bin" / "python")
 
 
+def python_version(session, venv: Path | None) -> str:
+    """``major.minor`` of the interpreter a run uses: nox's own under ``--no-venv`` (the
+    one the vLLM sources bundle must have been made for), else the venv's, which is
+    made from nox's own too.
+
+    >>> python_version(session, None)
+    '3.12'
+    """
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
 def _ensure_venv(session, venv: Path) -> None:
     if not (venv / "bin" / "python").exists():
         session.run("uv", "venv", "--quiet", "--python", sys.executable, str(venv),

@@ -291,6 +291,11 @@ class Executor:
             session.error(
                 f"{vllm_sources.VARIABLE} is for --no-venv runs: a venv installs vllm from "
                 f"uv.lock. Run `nox --no-venv -s {session.name}`, or unset the variable")
+        if bundle is not None and holders:
+            try:
+                bundle.check_python(environments.python_version(session, None))
+            except vllm_sources.SourcesError as exc:
+                session.error(str(exc))
         if environments.offline(session) and not needs_gpu:
             gpu_checks.drift(session, self.lock(session), chosen,
                              overrides=bundle.versions() if bundle and holders else None)

@@ -405,6 +405,20 @@ class Bundle:
             "manifest_sha256": self.digest,
         }
 
+    def check_python(self, version: str) -> None:
+        """Refuse a bundle made for another Python than the run's: its compiled wheels
+        (pydantic-core, pyzmq, …) would not import, and the run would fail far from here.
+
+        >>> bundle.check_python("3.11")
+        SourcesError: DSV4_VLLM_SOURCES=/repo/.vllm-sources was made for Python 3.12, …
+        """
+        made = str(self.manifest.get("python", ""))
+        if made != version:
+            remake = REMAKE.replace("--python 3.12", f"--python {version}")
+            raise SourcesError(
+                f"{VARIABLE}={self.folder} was made for Python {made}, and this run's "
+                f"interpreter is Python {version}; make it with `{remake}`")
+
     def site(self, root: Path) -> Path:
         """The unpacked bundle, ``<root>/.nox/_vllm_sources/<digest>/``, made on first
         use: the sources zip and every wheel unpacked into one folder for

@@ -189,6 +189,16 @@ def test_a_damaged_or_stale_bundle_is_refused_with_what_to_do(tmp_path: Path) ->
         vllm_sources.load(bundle, lock)
 
 
+def test_a_bundle_for_another_python_is_refused(tmp_path: Path) -> None:
+    bundle_dir, lock, _ = make_bundle(tmp_path)
+    bundle = vllm_sources.load(bundle_dir, lock)
+    bundle.check_python("3.11")
+    with pytest.raises(vllm_sources.SourcesError, match=re.escape(
+            "was made for Python 3.11, and this run's interpreter is Python 3.12; make it "
+            "with `nox -s wheelhouse -- --vllm-sources --python 3.12")):
+        bundle.check_python("3.12")
+
+
 def test_the_site_holds_the_sources_and_the_unpacked_wheels(tmp_path: Path) -> None:
     bundle_dir, lock, _ = make_bundle(tmp_path)
     bundle = vllm_sources.load(bundle_dir, lock)
@@ -380,7 +390,8 @@ def _workspace(repo: Path) -> Path:
     subprocess.run([*git, "commit", "-q", "-m", "gamma"], cwd=repo, check=True)
     lock_obj = Lock.load(repo / "uv.lock")
     vllm_sources.build(repo.parent / "bundle", vllm_wheel=vllm, wheels=[tiny], lock=lock_obj,
-                       python="3.11", platforms=["manylinux_2_31_x86_64"])
+                       python=f"{sys.version_info.major}.{sys.version_info.minor}",
+                       platforms=["manylinux_2_31_x86_64"])
     bin_dir = repo.parent / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
