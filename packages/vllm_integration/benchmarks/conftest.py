@@ -109,6 +109,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line("")
         for line in step_bench.builder_table(RESULTS, side).splitlines():
             tr.write_line(line)
+    detail = step_bench.breakdown(RESULTS)
+    if detail:
+        tr.section("per builder and per kernel at the anchor points")
+        for line in detail.splitlines():
+            tr.write_line(line)
     out, failures = getattr(config, "_dsv4_step", (None, []))
     tr.write_line(f"results: {out}")
     if failures:

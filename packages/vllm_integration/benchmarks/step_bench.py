@@ -232,6 +232,41 @@ def builder_table(rows: list[dict[str, Any]], side: str = "off") -> str:
     return "\n".join(lines)
 
 
+ANCHORS = ("decode-T1-ctx128K", "decode-T64-ctx128K", "decode-T512-ctx128K", "decode-T512-ctx1M",
+           "prefill-c8192-ctx8K", "mixed-d64-ctx128K-p2048")
+
+
+def breakdown(rows: list[dict[str, Any]], names: tuple[str, ...] = ANCHORS, top: int = 12
+              ) -> str:
+    """Per anchor point and side: each builder's profile line and the costliest kernels."""
+    lines: list[str] = []
+    for r in rows:
+        if r["point"] not in names or "profile" not in r:
+            continue
+        for side in ("off", "on"):
+            prof = r["profile"][side]
+            host = r.get("builder_host_us", {}).get(side, {})
+            lines.append(f"{r['point']} plugin {side}: {prof['aten_ops']:.0f} ATen ops "
+                         f"({prof['aten_ops_top_level_outside_kernel_calls']:.0f} top-level "
+                         f"outside kernel calls), {prof['device_ops']:.0f} GPU ops, "
+                         f"{prof['gpu_us_profiled']:.1f} GPU µs profiled")
+            lines.append(f"  {'builder':<40}{'host µs':>9}{'ATen top':>9}{'calls':>7}"
+                         f"{'GPU ops':>8}{'GPU µs':>9}")
+            for label, b in prof["builders"].items():
+                gpu_ops = b.get("kernels", 0) + b.get("memsets", 0) + b.get("memcpys", 0)
+                lines.append(f"  {label:<40}{host.get(label, float('nan')):>9.1f}"
+                             f"{b.get('aten_top_outside_kernel_calls', 0):>9.0f}"
+                             f"{b.get('kernel_calls', 0):>7.0f}{gpu_ops:>8.0f}"
+                             f"{b.get('gpu_us', 0):>9.2f}")
+            if prof["kernels"]:
+                lines.append(f"  {'kernel (call site)':<44}{'builder':<34}{'n':>4}{'GPU µs':>9}")
+                for k in prof["kernels"][:top]:
+                    lines.append(f"  {k['site'][:43]:<44}{k['builder'][:33]:<34}"
+                                 f"{k['count']:>4.0f}{k['gpu_us']:>9.2f}")
+            lines.append("")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- main
 def run(args: argparse.Namespace) -> int:
     torch, vllm = _imports()
@@ -342,6 +377,10 @@ def run(args: argparse.Namespace) -> int:
         for side in ("off", "on"):
             print()
             print(builder_table(rows, side))
+    detail = breakdown(rows, ANCHORS if not cpu else tuple(r["point"] for r in rows[:2]))
+    if detail:
+        print()
+        print(detail)
     if failures:
         print(f"\n{len(failures)} failure(s):")
         for f in failures:
