@@ -163,6 +163,8 @@ def cache(session: nox.Session) -> None:
             key_inputs=lambda hermetic, gpu: cache_key.KeyInputs(
                 root=ROOT, tree=cache_key.SourceTree(ROOT), lock=Lock.load(ROOT / "uv.lock"),
                 outer_env=os.environ, hermetic=hermetic, gpu=gpu, artifacts=ARTIFACTS,
+                note="" if hermetic else "--no-venv",  # as the run itself keys it
+                sources=None if hermetic else EXECUTOR.sources(session),
             ),
             gpu_identity=gpu_fingerprint.smi,
         )
