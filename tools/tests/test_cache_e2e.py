@@ -7,6 +7,7 @@ checked through the code users run, in seconds.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -176,3 +177,15 @@ def test_explain_names_the_changed_component_and_files(mini_repo: Path, tmp_path
     cleaned = run_nox(mini_repo, "-s", "cache", "--", "clean", env=env)
     assert cleaned.returncode == 0 and "removed" in cleaned.stdout
     assert not (tmp_path / "cache-a").exists()
+
+
+def test_explain_no_venv_keys_a_target_as_the_no_venv_run_did(mini_repo: Path,
+                                                              tmp_path: Path) -> None:
+    env = _env(tmp_path, "a")
+    run_nox(mini_repo, "-s", "alpha", env=env)  # run_nox runs with --no-venv
+    explained = run_nox(mini_repo, "-s", "cache", "--", "explain", "alpha", "--no-venv",
+                        "--json", env=env)
+    assert explained.returncode == 0, explained.stderr
+    data = json.loads(explained.stdout)
+    assert data["stored_locally"], data
+    assert {c["since_last_pass"] for c in data["components"]} == {"same"}, data
