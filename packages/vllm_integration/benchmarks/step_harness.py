@@ -498,11 +498,12 @@ class StepInputs:
 
 
 def block_table_width(spec: Any, config: SimpleNamespace) -> int:
-    """The worker's block-table row length for a group (vLLM's own sizing)."""
+    """The worker's block-table row length for a group, as model runner V2 sizes it."""
     from vllm.v1.worker.block_table import get_block_table_width
 
     blocks = spec.max_num_blocks_per_req(config, config.model_config.max_model_len)
-    return get_block_table_width(blocks, spec.block_size)
+    return get_block_table_width(blocks, spec.block_size,
+                                 token_alignment=spec.block_table_token_alignment)
 
 
 def make_inputs(point: Point, builders: Builders, gen: torch.Generator) -> StepInputs:
