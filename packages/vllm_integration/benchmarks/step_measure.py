@@ -61,9 +61,15 @@ def _no_gc() -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------- host
-def host_us(sides: Sides, inputs: dict[str, StepInputs], rounds: int, warmup: int = 5
-            ) -> dict[str, list[float]]:
-    """Per-step host µs of both sides, interleaved; ``warmup`` rounds are dropped."""
+def host_us(sides: Sides, inputs: dict[str, StepInputs], rounds: int, warmup: int = 5,
+            block: int = 5) -> dict[str, list[float]]:
+    """Per-step host µs of both sides, in interleaved blocks; ``warmup`` blocks are dropped.
+
+    Each block switches the plugin to one side, makes one untimed build (the first call
+    after a switch pays for the switch itself, which a serving engine never does), then
+    times ``block`` builds. The sides alternate block by block, in a swapped order every
+    other round, so that drift in the machine's state falls on both alike.
+    """
     device = sides.off.device
     out: dict[str, list[float]] = {"off": [], "on": []}
     with vllm_shims(), _no_gc():
@@ -72,12 +78,15 @@ def host_us(sides: Sides, inputs: dict[str, StepInputs], rounds: int, warmup: in
                 sides.switch.set(side)
                 builders, step = sides.builders(side), inputs[side]
                 sync(device)
-                start = time.perf_counter_ns()
                 build_step(builders, step)
-                stop = time.perf_counter_ns()
-                sync(device)
-                if i >= warmup:
-                    out[side].append((stop - start) / 1e3)
+                for _ in range(block):
+                    sync(device)
+                    start = time.perf_counter_ns()
+                    build_step(builders, step)
+                    stop = time.perf_counter_ns()
+                    sync(device)
+                    if i >= warmup:
+                        out[side].append((stop - start) / 1e3)
     return out
 
 
