@@ -39,6 +39,9 @@ def no_install(session) -> bool:
     """True under ``--no-install`` (or ``-R``): existing venvs are used as they are.
 
     nox keeps the flag on its runner's configuration and offers no public reader.
+
+    >>> no_install(session)          # nox -R -s policy
+    True
     """
     runner = getattr(session, "_runner", None)
     return bool(getattr(getattr(runner, "global_config", None), "no_install", False))

@@ -80,7 +80,11 @@ class Executor:
         return (self.artifacts, rest) if head == "artifacts" else (self.root, logical)
 
     def cache(self, session) -> ResultCache:
-        """One cache per nox run, so that a failing remote is warned about once."""
+        """One cache per nox run, so that a failing remote is warned about once.
+
+        >>> executor.cache(session).mode
+        'on'
+        """
         if self._cache is None:
             try:
                 self._cache = ResultCache.from_environment(
@@ -91,7 +95,11 @@ class Executor:
         return self._cache
 
     def lock(self, session) -> Lock:
-        """``uv.lock``, parsed once per run; a broken one fails the session legibly."""
+        """``uv.lock``, parsed once per run; a broken one fails the session legibly.
+
+        >>> executor.lock(session).closure("dsv4-policy", ["test"])[0].name
+        'attrs'
+        """
         if self._lock is None:
             try:
                 self._lock = Lock.load(self.root / "uv.lock")
@@ -116,7 +124,11 @@ class Executor:
 
     def key_inputs(self, session, gpu: Mapping[str, object] | None,
                    venv: Path | None = None) -> cache_key.KeyInputs:
-        """What every key of this run is computed from, for one unit's venv."""
+        """What every key of this run is computed from, for one unit's venv.
+
+        >>> executor.key_inputs(session, None).hermetic
+        True
+        """
         if self._tree is None:
             self._tree = cache_key.SourceTree(self.root)
         note = "--no-venv" if environments.offline(session) else (
@@ -130,7 +142,11 @@ class Executor:
 
     def key(self, session, unit: build_units.Unit, args: Sequence[str],
             gpu: Mapping[str, object] | None, venv: Path | None = None) -> cache_key.Key:
-        """The unit's key for this run; a lock that lacks a slice fails the session."""
+        """The unit's key for this run; a lock that lacks a slice fails the session.
+
+        >>> executor.key(session, executor.units["policy"], [], None).digest[:8]
+        'de7793d5'
+        """
         try:
             return build_units.key_for(self.graph, unit, list(args),
                                        self.key_inputs(session, gpu, venv))
@@ -139,7 +155,12 @@ class Executor:
             raise
 
     def replay(self, session, unit: build_units.Unit, key: cache_key.Key) -> bool:
-        """Serve a stored pass of ``key``: restore its declared outputs and say so."""
+        """Serve a stored pass of ``key``: restore its declared outputs and say so.
+
+        >>> executor.replay(session, executor.units["policy"], key)
+        nox > policy: cached PASSED (key de7793d5, local, ran 187.6 s on 2026-12-01)
+        True
+        """
         if not unit.cacheable:
             return False
         cache = self.cache(session)
@@ -163,7 +184,11 @@ class Executor:
                 fingerprint: Mapping[str, object] | None = None) -> None:
         """Run a missed unit in its execution root; bring its declared outputs back;
         store the pass. A failure raises, after its outputs (JUnit) are back, and is
-        never stored."""
+        never stored.
+
+        >>> executor.execute(session, unit, key, lambda root: run_pytest(root))
+        nox > policy: PASSED in 187.6 s, stored as de7793d5
+        """
         exec_root = None
         if unit.sandboxed:
             started = time.perf_counter()
@@ -216,7 +241,13 @@ class Executor:
 
         ``extra_path`` are repository folders (their execution-root copies go on the
         path); ``outside_path`` are folders outside the repository's files that the key
-        names by content (the unpacked vLLM sources), put on the path as they are."""
+        names by content (the unpacked vLLM sources), put on the path as they are.
+
+        >>> env = executor.run_environment(session, venv=None, exec_root=root,
+        ...                                folders=[], session_dir=Path("/tmp/s"))
+        >>> env["DSV4_ARTIFACTS_DIR"]
+        '/repo/.nox/_sandbox/policy/artifacts'
+        """
         if exec_root is not None:
             added = sandbox.run_environment(exec_root, folders, self.root, PLUGIN_DIR)
             paths = [*added["PYTHONPATH"].split(os.pathsep),
@@ -242,7 +273,11 @@ class Executor:
 
         ``sources`` is the unpacked vLLM sources bundle, for targets that hold vLLM in
         that mode: last on ``PYTHONPATH`` (before the interpreter's own packages), and
-        named to the run in ``DSV4_VLLM_SOURCES``."""
+        named to the run in ``DSV4_VLLM_SOURCES``.
+
+        >>> executor.run_target(session, graph.targets["policy"], venv, root, [])
+        nox > /repo/.nox/policy/bin/python -m pytest tests -p dsv4_hermetic …
+        """
         unit = self.units[target.name]
         set_env = {**target.set_env, **environments.aux_environments(session, self.root, target)}
         if sources is not None:
@@ -271,14 +306,22 @@ class Executor:
                         env=env, include_outer_env=False, external=True)
 
     def session_dir(self, session) -> Path:
-        """The session's own folder, for HOME, TMPDIR and the Triton cache."""
+        """The session's own folder, for HOME, TMPDIR and the Triton cache.
+
+        >>> executor.session_dir(session)
+        PosixPath('/repo/.nox/policy')
+        """
         if environments.offline(session):
             return self.artifacts / session.name
         return Path(session.create_tmp()).resolve().parent
 
     def run_targets(self, session, chosen: Sequence[Target], extra: Sequence[str], *,
                     needs_gpu: bool) -> None:
-        """Replay every target whose key was seen to pass; sync and run only the rest."""
+        """Replay every target whose key was seen to pass; sync and run only the rest.
+
+        >>> executor.run_targets(session, [graph.targets["policy"]], [], needs_gpu=False)
+        nox > policy: cached PASSED (key de7793d5, local, ran 187.6 s on 2026-12-01)
+        """
         if needs_gpu:
             gpu = gpu_checks.identity(session)
         elif any(self.units[t.name].gpu_in_key for t in chosen):
@@ -366,7 +409,11 @@ class Executor:
                                                    others=others))
 
     def run_check(self, session, name: str, run: Run, *, args: Sequence[str] = ()) -> None:
-        """A repository check (``meta``, ``lint``, ``build:<dist>``) through the cache."""
+        """A repository check (``meta``, ``lint``, ``build:<dist>``) through the cache.
+
+        >>> executor.run_check(session, "lint", run_lint)
+        nox > lint: PASSED in 1.4 s, stored as 2813f126
+        """
         unit = self.units[name]
         venv = environments.venv_for(session, session.name)
         key = self.key(session, unit, list(args), None, venv)

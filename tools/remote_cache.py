@@ -65,6 +65,9 @@ class RemoteUnavailable(Exception):
 
     ``fatal`` marks a server that is not there at all (refused, unknown host): asking it
     again in this run is pointless.
+
+    >>> str(RemoteUnavailable("refused the connection", fatal=True))
+    'refused the connection'
     """
 
     def __init__(self, what: str, *, fatal: bool = False) -> None:
