@@ -13,7 +13,6 @@ import base64
 import hashlib
 import http.client
 import json
-import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ import pytest
 from conftest import run_nox
 from nginx_server import CONFIG_DIR, OPENER, PREFIX, NginxCache, serving
 from remote_cache import MAX_BLOB, RemoteCache
+from test_cache_e2e import _outcome
 
 
 @pytest.fixture
@@ -152,18 +152,6 @@ def test_a_reader_upload_is_refused_once_and_reads_go_on(nginx_cache: NginxCache
 
 
 # --------------------------------------------------------------------------- end to end
-def _outcome(result: subprocess.CompletedProcess) -> dict[str, str]:
-    """Target -> 'cached local' / 'cached remote' / 'ran', read from nox's own lines."""
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    seen = {}
-    for name, origin in re.findall(r"nox > (\S+): cached PASSED \(key \w{8}, (\w+), ran", out):
-        seen[name] = f"cached {origin}"
-    for name in re.findall(r"nox > (\S+): PASSED in [\d.]+ s, stored as", out):
-        seen[name] = "ran"
-    return seen
-
-
 def _leaks(server: NginxCache, root: Path, texts: list[str]) -> list[str]:
     """Where a password shows up: in nox's output or in any file the runs left behind."""
     texts = texts + [p.read_bytes().decode(errors="replace") for p in root.rglob("*")

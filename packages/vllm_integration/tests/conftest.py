@@ -29,6 +29,7 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 TARGET = "vllm.models.deepseek_v4.sparse_mla"
+SWA_MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,3 +117,19 @@ def dsv4_log() -> Iterator[list[logging.LogRecord]]:
     yield handler.records
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+@pytest.fixture
+def swa_module(pristine: ModuleType) -> Iterator[ModuleType]:
+    """vLLM's sparse_swa module, unpatched, and left exactly as found afterwards."""
+    from dsv4_vllm import plugin
+    from dsv4_vllm.swa_dispatch import SWADispatch
+
+    module = importlib.import_module(SWA_MODULE)
+    kernel = module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL
+    init = module.DeepseekSparseSWAMetadataBuilder.__dict__["__init__"]
+    assert not isinstance(kernel, SWADispatch)
+    yield module
+    plugin.unregister()
+    module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL = kernel
+    module.DeepseekSparseSWAMetadataBuilder.__init__ = init

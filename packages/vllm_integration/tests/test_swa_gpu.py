@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,21 +26,7 @@ from dsv4_vllm.swa_dispatch import SWADispatch
 
 pytestmark = pytest.mark.gpu
 
-SWA_MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
 WINDOW = 128
-
-
-@pytest.fixture
-def swa_module(pristine: ModuleType) -> Iterator[ModuleType]:
-    """vLLM's sparse_swa module, unpatched, restored afterwards."""
-    module = importlib.import_module(SWA_MODULE)
-    kernel = module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL
-    init = module.DeepseekSparseSWAMetadataBuilder.__dict__["__init__"]
-    assert not isinstance(kernel, SWADispatch)
-    yield module
-    plugin.unregister()
-    module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL = kernel
-    module.DeepseekSparseSWAMetadataBuilder.__init__ = init
 
 
 def _arch() -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,23 +22,6 @@ from dsv4_policy import swa as policy
 from dsv4_vllm import plugin
 from dsv4_vllm.swa_dispatch import SWADispatch
 from dsv4_vllm.swa_hook import is_hooked
-
-SWA_MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
-
-
-@pytest.fixture
-def swa_module(pristine: ModuleType) -> Any:
-    """vLLM's sparse_swa module, unpatched, restored afterwards."""
-    import importlib
-
-    module = importlib.import_module(SWA_MODULE)
-    kernel = module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL
-    init = module.DeepseekSparseSWAMetadataBuilder.__dict__["__init__"]
-    assert not isinstance(kernel, SWADispatch)
-    yield module
-    plugin.unregister()
-    module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL = kernel
-    module.DeepseekSparseSWAMetadataBuilder.__init__ = init
 
 
 class Spy:
