@@ -17,7 +17,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "ci" / "cache-server"
@@ -58,12 +58,6 @@ def nginx_binary() -> str:
         pytest.fail(f"{found} has no DAV module (nginx -V lacks --with-http_dav_module): {INSTALL}",
                     pytrace=False)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
