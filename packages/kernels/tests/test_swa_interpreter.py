@@ -63,6 +63,20 @@ def test_padding_tokens_get_cleared_rows_and_zero_lengths() -> None:
     assert bool((want.swa_indices[pad, 0, : call.index_width] == -1).all())
 
 
+def test_an_all_padding_batch_takes_the_early_exit_and_clears_every_row() -> None:
+    # A CUDA-graph-padded decode batch can be padding only: every program of every tile
+    # sees no live row, and must still write length 0 and a row of -1 (nothing else).
+    step = make_swa_step(11, decode_contexts=[40, 700, 3], prefill_queries=[(5, 9)],
+                         pad_tokens=3, row_pad=4, window_size=16, block_size=4)
+    for call in step.calls():
+        call.is_valid_token.fill_(False)  # the step's calls share one mask
+    check_step(step, TILES)
+    for call in step.calls():
+        want = call.run(swa_reference.compute_swa_indices_and_lens)
+        assert want.swa_lens[: call.num_tokens].tolist() == [0] * call.num_tokens
+        assert bool((want.swa_indices[: call.num_tokens, 0, : call.index_width] == -1).all())
+
+
 def test_replay_starts_shorten_windows_even_past_the_token() -> None:
     shape = dict(decode_contexts=[90, 300, 20, 500], prefill_queries=[(100, 50)],
                  window_size=64, block_size=16)

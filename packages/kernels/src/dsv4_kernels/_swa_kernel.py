@@ -71,6 +71,19 @@ def swa_indices_and_lens_kernel(
     valid = tl.load(is_valid_ptr + token, mask=in_batch, other=0) != 0
     req = tl.load(token_to_req_ptr + token, mask=in_batch, other=0)
     live = in_batch & valid
+    out_row = indices_ptr + rows.to(tl.int64) * indices_stride
+    lane = tl.arange(0, COLS_PER_PROGRAM)
+    if tl.max(live.to(tl.int32), axis=0) == 0:
+        # Only padding (or rows past the batch) here: length 0 and a row of -1, with
+        # no request read at all. CUDA-graph padding makes whole programs of these, and
+        # this keeps them as cheap as vLLM's early return.
+        tl.store(lens_ptr + rows, tl.zeros_like(rows), mask=in_batch)
+        for first in range(0, index_width, COLS_PER_PROGRAM):
+            cols = first + lane
+            tl.store(out_row[:, None] + cols[None, :], tl.full(
+                (TOKENS_PER_PROGRAM, COLS_PER_PROGRAM), -1, tl.int32),
+                mask=in_batch[:, None] & (cols < index_width)[None, :])
+        return
     req = tl.where(live, req, 0)
     query_start = tl.load(query_start_ptr + req, mask=live, other=0)
     query_end = tl.load(query_start_ptr + req + 1, mask=live, other=0)
@@ -90,8 +103,6 @@ def swa_indices_and_lens_kernel(
     tl.store(lens_ptr + rows, length, mask=in_batch)
 
     table_row = block_table_ptr + req.to(tl.int64) * block_table_stride
-    out_row = indices_ptr + rows.to(tl.int64) * indices_stride
-    lane = tl.arange(0, COLS_PER_PROGRAM)
     for first in range(0, index_width, COLS_PER_PROGRAM):
         cols = first + lane
         shown = cols[None, :] < length[:, None]

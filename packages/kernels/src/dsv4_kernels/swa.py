@@ -13,15 +13,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-import triton
 
 from dsv4_kernels import _swa_kernel as _k
+from dsv4_kernels._direct_launch import DirectLauncher
 from dsv4_kernels._swa_validation import FN, check_inputs, check_tile
 
 CompileKey = tuple[int, int, int, int]
 """(tokens_per_program, cols_per_program, num_warps, has_image)."""
 BASELINE_TILE = (1, 1024, 4)
 """vLLM 0.33.0's launch: one program per token, 1024 lanes, 4 warps."""
+
+_LAUNCHER = DirectLauncher(_k.swa_indices_and_lens_kernel,
+                           ("HAS_IMAGE", "TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM"))
+"""Launches the kernel's binaries; after a tile's first launch on a device, directly.
+
+vLLM calls this twice per step in eager mode, so Triton's per-call binder (about as
+long as the kernel itself runs) would be paid on every step; see ``_direct_launch``."""
+_data_ptr = torch.Tensor.data_ptr
+
+
+def direct_launches() -> int:
+    """Launches in this process that skipped Triton's per-call binder (see ``_direct_launch``)."""
+    return _LAUNCHER.direct_launches
 
 
 def interpreting() -> bool:
@@ -74,23 +87,17 @@ def compute_swa_indices_and_lens(
         return None
     rows = checked.rows
     image = bool(has_image)
-    kernel = _k.swa_indices_and_lens_kernel[(triton.cdiv(num_tokens, tokens_per_program),)]
-    args = (
-        rows, swa_lens, left_visible if image else swa_lens,
-        right_visible if image else swa_lens, query_start_loc, seq_lens,
-        token_to_req_indices, is_valid_token, block_table, replay_start,
-        rows.stride(0), block_table.stride(0), window_size, index_width, block_size,
-        num_tokens, token_offset,
-    )
-    if device.type == "cuda" and device.index is not None and (
-        device.index != torch.cuda.current_device()
-    ):
-        with torch.cuda.device(device):
-            kernel(*args, HAS_IMAGE=image, TOKENS_PER_PROGRAM=tokens_per_program,
-                   COLS_PER_PROGRAM=cols_per_program, num_warps=num_warps)
-    else:
-        kernel(*args, HAS_IMAGE=image, TOKENS_PER_PROGRAM=tokens_per_program,
-               COLS_PER_PROGRAM=cols_per_program, num_warps=num_warps)
+    index = device.index if device.type == "cuda" and device.index is not None else -1
+    if index < 0 and device.type == "cuda":
+        index = torch.cuda.current_device()
+    tensors = (rows, swa_lens, left_visible if image else swa_lens,
+               right_visible if image else swa_lens, query_start_loc, seq_lens,
+               token_to_req_indices, is_valid_token, block_table, replay_start)
+    scalars = (rows.stride(0), block_table.stride(0), window_size, index_width, block_size,
+               num_tokens, token_offset)
+    _LAUNCHER(index, -(-num_tokens // tokens_per_program), 1, tensors,
+              tuple(map(_data_ptr, tensors)) if index >= 0 else (), scalars,
+              (image, tokens_per_program, cols_per_program), num_warps)
     return None
 
 

@@ -83,4 +83,20 @@ def test_only_the_tile_and_has_image_select_a_binary(cuda: torch.device) -> None
         _check(step, [(8, 128, 4)])
     assert swa.compile_count() == before
     assert swa.warmup([(8, 128, 4, 0)], cuda) == 0
+    # After its first launch a binary is launched directly, skipping Triton's binder.
+    direct = swa.direct_launches()
+    _check(make_swa_step(9, decode_contexts=[40], prefill_queries=[(2, 90)], device=cuda),
+           [(8, 128, 4)])
+    assert swa.direct_launches() > direct
     assert swa.warmup([(2, 32, 1, 1)], cuda) == 1
+
+
+def test_an_all_padding_batch_gets_cleared_rows(cuda: torch.device) -> None:
+    # Every token is padding, as a CUDA-graph-padded decode batch can be: each program
+    # takes the early exit, and still writes length 0 and a row of -1 everywhere.
+    for seed, tile in enumerate([(1, 128, 2), (2, 128, 2), (16, 128, 4), (1, 1024, 4)]):
+        step = make_swa_step(20 + seed, decode_contexts=[300, 9], prefill_queries=[],
+                             pad_tokens=2, row_pad=3, device=cuda)
+        for call in step.calls():
+            call.is_valid_token.fill_(False)
+        _check(step, [tile])
