@@ -46,11 +46,15 @@ class SwaShape:
     prefill: bool
     block_size: int = BLOCK_SIZE
     context: int = CONTEXT
+    padding: int = 0
+    """Trailing padding tokens, as CUDA-graph padding makes them (all: ``num_tokens``)."""
 
     @property
     def name(self) -> str:
         phase = "prefill" if self.prefill else "decode"
         extra = "" if self.block_size == BLOCK_SIZE else f"-bs{self.block_size}"
+        if self.padding:
+            extra += f"-pad{self.padding}"
         return f"{phase}-T{self.num_tokens}{extra}"
 
     def key(self, arch: str) -> policy.Key:
@@ -64,10 +68,22 @@ def anchor_shapes() -> list[SwaShape]:
     return shapes
 
 
+PADDING_KINDS = (0, 1, 2)
+"""A probe's ``padding``: 0 none, 1 a padded tail (a quarter, at least one token), 2 all."""
+
+
+def padding_tokens(num_tokens: int, kind: int) -> int:
+    """Trailing padding tokens of a probe of ``num_tokens`` tokens and padding ``kind``."""
+    if kind not in PADDING_KINDS:
+        raise ValueError(f"padding: got {kind!r}; expected one of {PADDING_KINDS}")
+    return (0, max(1, num_tokens // 4), num_tokens)[kind]
+
+
 def shape_of(point: dict[str, int]) -> SwaShape:
-    """A probe point (``num_tokens``, ``prefill``, ``block_size``) as a shape."""
-    return SwaShape(point["num_tokens"], bool(point.get("prefill", 0)),
-                    point.get("block_size", BLOCK_SIZE))
+    """A probe point (``num_tokens``, ``prefill``, ``block_size``, ``padding``) as a shape."""
+    t = point["num_tokens"]
+    return SwaShape(t, bool(point.get("prefill", 0)), point.get("block_size", BLOCK_SIZE),
+                    padding=padding_tokens(t, point.get("padding", 0)))
 
 
 def make_call(shape: SwaShape, device: torch.device, seed: int = 0) -> SwaCall:
@@ -90,11 +106,16 @@ def make_call(shape: SwaShape, device: torch.device, seed: int = 0) -> SwaCall:
     blocks = -(-int(seq.max()) // bs) + 1
     table = torch.randint(0, 1 << 20, (q.shape[0], blocks), generator=g, **ints)
     lens = torch.full((t,), POISON, **ints)
+    valid = torch.ones(t, dtype=torch.bool, device=device)
+    if shape.padding:
+        # Padding tokens carry request index 0, as vLLM's padded batches do.
+        valid[t - shape.padding:] = False
+        req[t - shape.padding:] = 0
     return SwaCall(
         swa_indices=torch.full((t, 1, INDEX_WIDTH), POISON, **ints), swa_lens=lens,
         window_size=WINDOW, index_width=INDEX_WIDTH, left_visible=lens, right_visible=lens,
         query_start_loc=starts, seq_lens=seq, token_to_req_indices=req,
-        is_valid_token=torch.ones(t, dtype=torch.bool, device=device), block_table=table,
+        is_valid_token=valid, block_table=table,
         block_size=bs, replay_start=torch.zeros(q.shape[0], **ints), num_tokens=t,
         token_offset=0, label=shape.name)
 

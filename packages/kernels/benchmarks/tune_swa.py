@@ -1,7 +1,8 @@
 """Tune the SWA launch table on this GPU with the probe rules, and write it.
 
 For each box of SWA calls (a range of ``num_tokens``, decode and prefill rows, SWA block
-sizes 32..256; DeepSeek-V4's 128-token window, text-only rows), a tile is accepted only
+sizes 32..256, no, some or only padding tokens; DeepSeek-V4's 128-token window, text-only
+rows), a tile is accepted only
 if it beats vLLM 0.33.0's own launch at EVERY probe of the box (each corner, at least 8
 seeded random points) in a screening pass and again in an independent confirmation
 pass (:func:`probes.choose_tile`). Where no tile wins a whole box, the box is split in
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     log: list[dict] = []
     accepted = []
     for i, (lo, hi) in enumerate(BOXES):
-        box = {"num_tokens": (lo, hi), "prefill": (0, 1), "block_size": BLOCK_SIZES}
+        box = {"num_tokens": (lo, hi), "prefill": (0, 1), "block_size": BLOCK_SIZES,
+               "padding": (min(h.PADDING_KINDS), max(h.PADDING_KINDS))}
         accepted += tune_box(box, measure, args.seed * 100 + i, args.split_depth,
                              args.random_points, log)
     entries = [entry(arch, box, verdict, machine) for box, verdict in accepted]
