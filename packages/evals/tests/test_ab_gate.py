@@ -293,9 +293,11 @@ def test_malformed_inputs_give_clear_errors(tmp_path: Path, capsys) -> None:
     assert run_ab("--base", str(bad.parent), "--candidate", str(bad.parent)) == 2
     assert "no 'results' object" in capsys.readouterr().err
 
-    assert run_ab("--base", str(DATA / "noise" / "base"), "--candidate",
-                  str(DATA / "noise" / "candidate"), "--alpha", "1.5") == 2  # fmt: skip
-    assert "--alpha" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        run_ab("--base", str(DATA / "noise" / "base"), "--candidate",
+               str(DATA / "noise" / "candidate"), "--alpha", "1.5")  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "argument --alpha: expected a number in (0, 1), got 1.5" in capsys.readouterr().err
 
 
 def test_runs_on_different_tasks_are_refused(capsys) -> None:

@@ -178,7 +178,7 @@ PLANTED = {
 
 
 def test_patterns_are_data_with_names() -> None:
-    assert [name for name, _ in LOG_PATTERNS] == list(PLANTED)
+    assert LOG_PATTERNS.names == list(PLANTED)
 
 
 @given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=0, max_value=400))

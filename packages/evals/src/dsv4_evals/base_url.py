@@ -28,6 +28,11 @@ HELP = (
 _ENDPOINT_SUFFIXES = ("/chat/completions", "/completions", "/models", "/tokenize", "/health")
 
 
+def api_path(endpoint: str) -> str:
+    """``/v1/<endpoint>``: the path of an OpenAI endpoint under any server root."""
+    return f"{API_PREFIX}/{endpoint.lstrip('/')}"
+
+
 class BaseURLError(ValueError):
     """A ``--base-url`` that no rule maps to a server root; the message says why."""
 
@@ -46,7 +51,7 @@ class ServerURL:
 
     def api_url(self, endpoint: str) -> str:
         """``<root>/v1/<endpoint>``, e.g. ``api_url("chat/completions")``."""
-        return f"{self.api}/{endpoint.lstrip('/')}"
+        return self.root + api_path(endpoint)
 
     def url(self, path: str) -> str:
         """``<root>/<path>`` for endpoints beside ``/v1`` (``/tokenize``, ``/health``)."""

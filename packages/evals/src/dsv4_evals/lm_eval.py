@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .args import positive_int, usage_error
 from .base_url import HELP as BASE_URL_HELP
 from .base_url import normalize_base_url
 
@@ -137,7 +138,7 @@ def register(subparsers: Any) -> None:
         help="replace the seed's tasks (repeatable); default "
         + " ".join(f"{t}:{s}" for t, s in SEED_TASKS.items()),
     )
-    p.add_argument("--limit", type=int, help="documents per task (smoke runs only)")
+    p.add_argument("--limit", type=positive_int, help="documents per task (smoke runs only)")
     p.add_argument("--lm-eval-bin", default="lm_eval", help="the lm-eval executable")
     p.add_argument(
         "--extra-arg",
@@ -153,11 +154,8 @@ def register(subparsers: Any) -> None:
 def run_command(args: argparse.Namespace) -> int:
     try:
         root = normalize_base_url(args.base_url).root
-        if args.limit is not None and args.limit < 1:
-            raise ValueError("--limit must be >= 1")
     except ValueError as exc:
-        print(f"dsv4-evals lm-eval: error: {exc}", file=sys.stderr)
-        return 2
+        return usage_error("lm-eval", str(exc))
     plan = LmEvalPlan(
         base_url=root,
         model=args.model,
@@ -177,13 +175,12 @@ def run_command(args: argparse.Namespace) -> int:
             print(shlex.join(argv))
         return 0
     if shutil.which(plan.lm_eval_bin) is None:
-        print(
-            f"dsv4-evals lm-eval: error: {plan.lm_eval_bin!r} not found on PATH; lm-eval is "
-            'not a dependency of dsv4-evals: install it with pip install "lm-eval[api]" '
+        return usage_error(
+            "lm-eval",
+            f"{plan.lm_eval_bin!r} not found on PATH; lm-eval is not a dependency of "
+            'dsv4-evals: install it with pip install "lm-eval[api]" '
             "(or point --lm-eval-bin at it)",
-            file=sys.stderr,
         )
-        return 2
     plan.output_path.mkdir(parents=True, exist_ok=True)
     manifest = plan.output_path / "dsv4-lm-eval.json"
     manifest.write_text(

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._report import to_json
+from ..args import non_negative_float, positive_int, probability, usage_error
+from ..render import to_json
 from .compare import Options, Report, compare
 from .lmeval_io import LmEvalFormatError, load_run
 from .render import render_markdown
@@ -32,13 +33,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--base", required=True, type=Path, help="lm-eval --output_path of the base")
     p.add_argument("--candidate", required=True, type=Path,
                    help="lm-eval --output_path of the candidate")  # fmt: skip
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    p.add_argument("--margin", type=float, default=0.0,
+    p.add_argument("--alpha", type=probability, default=0.05, help="significance level")
+    p.add_argument("--margin", type=non_negative_float, default=0.0,
                    help="non-inferiority margin: a significant drop counts as a regression "
                    "only when the (oriented) delta is below -margin")  # fmt: skip
     p.add_argument("--correction", choices=("holm", "none"), default="holm",
                    help="multiple-comparison correction across all rows")  # fmt: skip
-    p.add_argument("--bootstrap-iters", type=int, default=10_000,
+    p.add_argument("--bootstrap-iters", type=positive_int, default=10_000,
                    help="paired bootstrap resamples (continuous metrics)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--base-label", default="base", help="column title for the base")
@@ -59,8 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
         )
         report = compare(load_run(args.base), load_run(args.candidate), options)
     except (LmEvalFormatError, ValueError) as exc:
-        print(f"dsv4-evals ab: error: {exc}", file=sys.stderr)
-        return 2
+        return usage_error("ab", str(exc))
     if args.json:
         data = report.to_dict()
         data["base"], data["candidate"] = str(args.base), str(args.candidate)

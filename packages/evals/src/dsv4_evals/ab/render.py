@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._report import markdown_table
+from ..render import markdown_table
 from .compare import MCNEMAR, REGRESSION, Report
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dsv4_evals._ladder_render import error, stdout_console, to_json
 from dsv4_evals._patterns import PatternError
+from dsv4_evals.args import non_negative_int, positive_int, usage_error, warning
 from dsv4_evals.buckets.report import as_json, print_human
 from dsv4_evals.buckets.rules import BucketRules, load_rules, with_categories
 from dsv4_evals.buckets.tally import Tally, tally
 from dsv4_evals.buckets.trace import TraceError, read_trace
+from dsv4_evals.render import stdout_console, to_json
 
 __all__ = ["BucketRules", "Tally", "bucket_trace", "load_rules", "register", "tally"]
 
@@ -48,11 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--graph-launches",
         metavar="N",
-        type=_positive_int,
+        type=positive_int,
         help="divide by N graph launches instead of counting cudaGraphLaunch events",
     )
     p.add_argument(
-        "--top", metavar="K", type=int, default=0, help="also list the K largest kernels per bucket"
+        "--top",
+        metavar="K",
+        type=non_negative_int,
+        default=0,
+        help="also list the K largest kernels per bucket",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=run)
@@ -77,12 +82,11 @@ def run(args: argparse.Namespace) -> int:
             rules = with_categories(rules, args.category)
         result = bucket_trace(args.trace, rules, args.graph_launches)
     except (PatternError, TraceError) as exc:
-        error("buckets", str(exc))
-        return 2
+        return usage_error("buckets", str(exc))
     if result.calls == 0:
-        error(
+        warning(
             "buckets",
-            f"warning: no 'X' events of categories {', '.join(rules.categories)} in "
+            f"no 'X' events of categories {', '.join(rules.categories)} in "
             f"{args.trace}; categories present: "
             f"{', '.join(sorted(result.categories_seen)) or 'none'} (see --category)",
         )
@@ -91,15 +95,6 @@ def run(args: argparse.Namespace) -> int:
         doc = as_json(result, args.trace, rules.source, rules.categories, max(args.top, 5))
         sys.stdout.write(to_json(doc))
     else:
-        print_human(result, args.trace, stdout_console(), max(args.top, 0))
+        print_human(result, args.trace, stdout_console(), args.top)
     return 0
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value

@@ -6,8 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
-from dsv4_evals._ladder_render import fmt, print_rich_table
 from dsv4_evals.buckets.tally import Tally
+from dsv4_evals.render import fmt, print_rich_table
 
 _MAX_NAME = 90
 

@@ -23,7 +23,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dsv4_evals._ladder_render import error, stdout_console, to_json
+from dsv4_evals.args import (
+    add_proxy_flag,
+    fraction,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    tolerance,
+    usage_error,
+)
 from dsv4_evals.base_url import HELP as BASE_URL_HELP
 from dsv4_evals.base_url import BaseURLError, normalize_base_url
 from dsv4_evals.ladder.envelopes import EnvelopeLike, select, shipped_envelopes, verdict
@@ -31,6 +39,7 @@ from dsv4_evals.ladder.measure import StreamRecord, aggregate_rate, sequence_rat
 from dsv4_evals.ladder.prompt import DEFAULT_WORDS_PER_TOKEN
 from dsv4_evals.ladder.report import RichProgress, markdown, print_table
 from dsv4_evals.ladder.run import LadderOptions, LadderReport, LaunchOptions, run_ladder
+from dsv4_evals.render import stdout_console, to_json, write_atomic
 
 __all__ = [
     "LadderOptions",
@@ -64,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="start the server per envelope with dsv4-serve, stop it after")
     where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
                        help="launcher command line for --launch (default: dsv4-serve)")
-    where.add_argument("--launch-timeout", type=_positive_float, default=1800.0, metavar="S",
+    add_proxy_flag(where)
+    where.add_argument("--launch-timeout", type=positive_float, default=1800.0, metavar="S",
                        help="seconds to wait for /health or /v1/models (default 1800)")
     where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
                        help="after --: the model and vllm serve flags for --launch")
@@ -82,46 +92,42 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
     req = p.add_argument_group("requests")
     req.add_argument("--model", help="model name for requests (default: first of /v1/models)")
     req.add_argument("--api", choices=("completions", "chat"), default="completions")
-    req.add_argument("--prompt-fraction", type=_fraction, default=0.5, metavar="F",
+    req.add_argument("--prompt-fraction", type=fraction, default=0.5, metavar="F",
                      help="prompt length as a fraction of the context (default 0.5)")
-    req.add_argument("--prompt-tokens", type=_positive_int, metavar="N",
+    req.add_argument("--prompt-tokens", type=positive_int, metavar="N",
                      help="prompt length in tokens, overriding --prompt-fraction")
-    req.add_argument("--words-per-token", type=_positive_float, default=DEFAULT_WORDS_PER_TOKEN,
+    req.add_argument("--words-per-token", type=positive_float, default=DEFAULT_WORDS_PER_TOKEN,
                      metavar="R", help="words per token when the server has no /tokenize "
                      f"(default {DEFAULT_WORDS_PER_TOKEN})")
     req.add_argument("--no-calibrate", action="store_true",
                      help="do not measure the words/token ratio with the server's /tokenize")
     req.add_argument("--distinct-prompts", action="store_true",
                      help="give every sequence its own prompt body (no shared prefix)")
-    req.add_argument("--max-tokens", type=_positive_int, default=512, metavar="N",
+    req.add_argument("--max-tokens", type=positive_int, default=512, metavar="N",
                      help="tokens generated per sequence (default 512)")
     req.add_argument("--allow-eos", action="store_true",
                      help="do not send ignore_eos (sequences may stop early)")
-    req.add_argument("--warmup", type=_non_negative_int, default=1, metavar="N",
+    req.add_argument("--warmup", type=non_negative_int, default=1, metavar="N",
                      help="short requests sent before measuring (default 1)")
-    req.add_argument("--request-timeout", type=_positive_float, default=3600.0, metavar="S")
-    req.add_argument("--tolerance", type=_tolerance, default=0.10, metavar="T",
+    req.add_argument("--request-timeout", type=positive_float, default=3600.0, metavar="S")
+    req.add_argument("--tolerance", type=tolerance, default=0.10, metavar="T",
                      help="relative band around the expected rate that passes (default 0.10)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.model_args and not args.launch:
-        error("ladder", f"arguments {args.model_args} are for --launch only")
-        return 2
+        return usage_error("ladder", f"arguments {args.model_args} are for --launch only")
     try:
         chosen = select(ENVELOPE_SOURCE(), args.envelope)
     except (ImportError, ValueError) as exc:
         # ImportError: dsv4-policy missing; ValueError: its table or --envelope is bad.
-        error("ladder", str(exc))
-        return 2
+        return usage_error("ladder", str(exc))
     if not chosen:
-        error("ladder", "the serve table has no envelopes to measure")
-        return 2
+        return usage_error("ladder", "the serve table has no envelopes to measure")
     try:
         normalize_base_url(args.base_url)
     except BaseURLError as exc:
-        error("ladder", str(exc))
-        return 2
+        return usage_error("ladder", str(exc))
     launch = None
     if args.launch:
         log_dir = args.out or Path(tempfile.mkdtemp(prefix="dsv4-ladder-"))
@@ -139,9 +145,8 @@ def run(args: argparse.Namespace) -> int:
         with RichProgress(err_console) as progress:
             report = run_ladder(chosen, options, progress)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "ladder.json").write_text(to_json(report.to_json()))
-        (args.out / "ladder.md").write_text(markdown(report))
+        write_atomic(args.out / "ladder.json", to_json(report.to_json()))
+        write_atomic(args.out / "ladder.md", markdown(report))
     if args.json:
         sys.stdout.write(to_json(report.to_json()))
     else:
@@ -168,49 +173,6 @@ def options_from_args(
         warmup=args.warmup,
         request_timeout_s=args.request_timeout,
         launch=launch,
+        use_proxy_env=args.use_proxy_env,
     )
-
-
-def _positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _number(text, float)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _number(text, float)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text}")
-    return value
-
-
-def _tolerance(text: str) -> float:
-    value = _number(text, float)
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
-    return value
-
-
-def _number(text: str, kind: type) -> int | float:
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
-        ) from None
 

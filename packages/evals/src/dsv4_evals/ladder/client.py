@@ -17,11 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
+from dsv4_evals.base_url import api_path
+from dsv4_evals.http import REQUEST_ERRORS, ServerClient
 from dsv4_evals.ladder.measure import StreamRecord
 
-API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+API_PATHS = {"completions": api_path("completions"), "chat": api_path("chat/completions")}
+MODELS_PATH = api_path("models")
+TOKENIZE_PATH = "/tokenize"
 
 
 class ServerError(RuntimeError):
@@ -74,7 +76,7 @@ def chunk_text(chunk: dict[str, Any]) -> tuple[bool, str | None]:
 
 
 async def stream_one(
-    client: httpx.AsyncClient,
+    client: ServerClient,
     shape: RequestShape,
     prompt: str,
     record: StreamRecord,
@@ -84,10 +86,10 @@ async def stream_one(
     path = API_PATHS[shape.api]
     record.t_sent = time.perf_counter()
     async with client.stream("POST", path, json=shape.body(prompt)) as resp:
-        if resp.status_code != 200:
-            detail = (await resp.aread()).decode("utf-8", "replace")[:500]
-            raise ServerError(f"POST {path} returned HTTP {resp.status_code}: {detail}")
-        async for line in resp.aiter_lines():
+        if resp.status != 200:
+            detail = (await resp.read()).text()
+            raise ServerError(f"POST {path} returned HTTP {resp.status}: {detail}")
+        async for line in resp.lines():
             now = time.perf_counter()
             if not line.startswith("data:"):
                 continue  # blank separators, comments, event names
@@ -118,7 +120,7 @@ async def stream_one(
 
 
 async def stream_concurrently(
-    client: httpx.AsyncClient,
+    client: ServerClient,
     shape: RequestShape,
     prompts: Sequence[str],
     on_chunk: Callable[[int], None] | None = None,
@@ -129,35 +131,38 @@ async def stream_concurrently(
     async def guarded(i: int) -> None:
         try:
             await stream_one(client, shape, prompts[i], records[i], on_chunk)
-        except (ServerError, httpx.HTTPError) as exc:
+        except (ServerError, *REQUEST_ERRORS) as exc:
             records[i].error = f"{type(exc).__name__}: {exc}"
 
     await asyncio.gather(*(guarded(i) for i in range(len(prompts))))
     return records
 
 
-async def first_model(client: httpx.AsyncClient) -> str:
+async def first_model(client: ServerClient) -> str:
     """The first model id the server lists at ``GET /v1/models``."""
-    resp = await client.get("/v1/models")
-    if resp.status_code != 200:
-        raise ServerError(f"GET /v1/models returned HTTP {resp.status_code}; pass --model")
-    data = resp.json().get("data") or []
+    resp = await client.request("GET", MODELS_PATH)
+    if resp.status != 200:
+        raise ServerError(f"GET {MODELS_PATH} returned HTTP {resp.status}; pass --model")
+    doc = resp.json()
+    data = (doc.get("data") if isinstance(doc, dict) else None) or []
     if not data or not isinstance(data[0], dict) or not data[0].get("id"):
-        raise ServerError("GET /v1/models lists no model; pass --model")
+        raise ServerError(f"GET {MODELS_PATH} lists no model; pass --model")
     return str(data[0]["id"])
 
 
-async def count_tokens(client: httpx.AsyncClient, model: str, text: str) -> int | None:
+async def count_tokens(client: ServerClient, model: str, text: str) -> int | None:
     """Token count of ``text`` from vLLM's ``POST /tokenize``; None when not offered."""
     try:
-        resp = await client.post("/tokenize", json={"model": model, "prompt": text})
-    except httpx.HTTPError:
+        resp = await client.request("POST", TOKENIZE_PATH, json={"model": model, "prompt": text})
+    except REQUEST_ERRORS:
         return None
-    if resp.status_code != 200:
+    if resp.status != 200:
         return None
     try:
         doc = resp.json()
     except ValueError:
+        return None
+    if not isinstance(doc, dict):
         return None
     if isinstance(doc.get("count"), int):
         return int(doc["count"])

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from dsv4_evals._ladder_render import fmt, markdown_table, print_rich_table
 from dsv4_evals.ladder.envelopes import EnvelopeLike
 from dsv4_evals.ladder.run import EnvelopeResult, LadderReport
+from dsv4_evals.render import fmt, markdown_table, print_rich_table
 
 HEADERS = (
     "envelope",

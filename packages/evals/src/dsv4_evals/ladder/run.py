@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
-
 from dsv4_evals.base_url import normalize_base_url
+from dsv4_evals.http import REQUEST_ERRORS, ServerClient
 from dsv4_evals.ladder.client import (
     RequestShape,
     ServerError,
@@ -76,6 +75,7 @@ class LadderOptions:
     warmup: int = 1
     request_timeout_s: float = 3600.0
     launch: LaunchOptions | None = None
+    use_proxy_env: bool = False  # see dsv4_evals.http: proxies are ignored unless asked
 
     def __post_init__(self) -> None:
         # One rule for every subcommand (root or /v1, trailing slash or not): keep the root.
@@ -212,7 +212,7 @@ def run_ladder(
                 asyncio.run(_measure(env, options, result, progress))
             else:
                 _measure_launched(env, options, options.launch, result, progress)
-        except (ServerError, LaunchError, httpx.HTTPError, ValueError) as exc:
+        except (ServerError, LaunchError, *REQUEST_ERRORS, ValueError) as exc:
             result.errors.append(f"{type(exc).__name__}: {exc}")
             result.verdict = "error"
         if progress is not None:
@@ -233,7 +233,7 @@ def _measure_launched(
     log_path = launch.log_dir / f"server-{env.id}.log"
     result.server_log = str(log_path)
     with LaunchedServer(argv, options.base_url, log_path, launch.ready_timeout_s,
-                        launch.stop_grace_s):
+                        launch.stop_grace_s, use_proxy_env=options.use_proxy_env):
         asyncio.run(_measure(env, options, result, progress))
 
 
@@ -247,10 +247,9 @@ async def _measure(
     result: EnvelopeResult,
     progress: ProgressSink | None,
 ) -> None:
-    timeout = httpx.Timeout(options.request_timeout_s, connect=30.0)
-    limits = httpx.Limits(max_connections=env.seqs + 4, max_keepalive_connections=env.seqs + 4)
-    async with httpx.AsyncClient(base_url=options.base_url, timeout=timeout,
-                                 limits=limits) as client:
+    async with ServerClient(options.base_url, timeout_s=options.request_timeout_s,
+                            connections=env.seqs + 4,
+                            use_proxy_env=options.use_proxy_env) as client:
         model = options.model or await first_model(client)
         result.model = model
         texts = await _prompts(client, model, env, options, result)
@@ -271,7 +270,7 @@ async def _measure(
 
 
 async def _prompts(
-    client: httpx.AsyncClient,
+    client: ServerClient,
     model: str,
     env: EnvelopeLike,
     options: LadderOptions,

@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-import httpx
+from dsv4_evals.base_url import api_path
+from dsv4_evals.http import probe
 
-READY_PATHS = ("/health", "/v1/models")
+READY_PATHS = ("/health", api_path("models"))
+READY_POLL_S = 0.25
 
 
 class LaunchError(RuntimeError):
@@ -54,6 +56,7 @@ class LaunchedServer:
         ready_timeout_s: float,
         stop_grace_s: float = 30.0,
         env: Mapping[str, str] | None = None,
+        use_proxy_env: bool = False,
     ) -> None:
         self.argv = list(argv)
         self.env = dict(env or {})  # added to this process's environment for the server
@@ -61,6 +64,7 @@ class LaunchedServer:
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.use_proxy_env = use_proxy_env
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> LaunchedServer:
@@ -98,30 +102,26 @@ class LaunchedServer:
                     "(pip install ./packages/vllm_integration) or --serve-command set?"
                 ) from exc
 
-    def wait_ready(self, poll_s: float = 0.25) -> None:
+    def wait_ready(self, poll_s: float = READY_POLL_S) -> None:
+        """Poll until a readiness path answers 200, the server exits, or the deadline."""
         assert self.proc is not None
         deadline = time.monotonic() + self.ready_timeout_s
-        with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
-            while True:
-                code = self.proc.poll()
-                if code is not None:
-                    raise LaunchError(
-                        f"server exited with status {code} before answering; "
-                        f"end of {self.log_path}:\n{self.log_tail()}"
-                    )
-                for path in READY_PATHS:
-                    try:
-                        if client.get(path).status_code == 200:
-                            return
-                    except httpx.HTTPError:
-                        pass
-                if time.monotonic() > deadline:
-                    raise LaunchError(
-                        f"server did not answer {' or '.join(READY_PATHS)} at {self.base_url} "
-                        f"within {self.ready_timeout_s:.0f} s (--launch-timeout); "
-                        f"end of {self.log_path}:\n{self.log_tail()}"
-                    )
-                time.sleep(poll_s)
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise LaunchError(
+                    f"server exited with status {code} before answering; "
+                    f"end of {self.log_path}:\n{self.log_tail()}"
+                )
+            if probe(self.base_url, READY_PATHS, use_proxy_env=self.use_proxy_env):
+                return
+            if time.monotonic() > deadline:
+                raise LaunchError(
+                    f"server did not answer {' or '.join(READY_PATHS)} at {self.base_url} "
+                    f"within {self.ready_timeout_s:.0f} s (--launch-timeout); "
+                    f"end of {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(poll_s)
 
     def stop(self) -> int | None:
         """Stop the server's process group; returns its exit status.

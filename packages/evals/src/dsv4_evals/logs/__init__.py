@@ -18,11 +18,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from dsv4_evals._ladder_render import error, stdout_console, to_json
 from dsv4_evals._patterns import PatternError
+from dsv4_evals.args import usage_error
 from dsv4_evals.logs.report import as_json, print_human
 from dsv4_evals.logs.rules import Rules, load_rules, with_expectations
 from dsv4_evals.logs.scan import LogReport, scan
+from dsv4_evals.render import stdout_console, to_json
 
 __all__ = ["LogReport", "Rules", "check_log", "load_rules", "register", "scan"]
 
@@ -70,11 +71,9 @@ def run(args: argparse.Namespace) -> int:
         rules = with_expectations(rules, overrides)
         text, name = _read_log(args.log)
     except PatternError as exc:
-        error("logs", str(exc))
-        return 2
+        return usage_error("logs", str(exc))
     except OSError as exc:
-        error("logs", f"cannot read server log {args.log}: {exc.strerror}")
-        return 2
+        return usage_error("logs", f"cannot read server log {args.log}: {exc.strerror}")
     report = scan(text, rules, name)
     if args.json:
         sys.stdout.write(to_json(as_json(report)))

@@ -6,9 +6,9 @@ from typing import Any
 
 from rich.console import Console
 
-from dsv4_evals._ladder_render import print_rich_table
 from dsv4_evals.logs.probe import ProbeResult
 from dsv4_evals.logs.scan import LogReport
+from dsv4_evals.render import print_rich_table
 
 _MAX_TEXT = 160
 

@@ -32,8 +32,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import dsv4_evals.ladder as ladder
-from dsv4_evals._ladder_render import error, stdout_console, to_json
 from dsv4_evals._patterns import PatternError
+from dsv4_evals.args import add_proxy_flag, int_at_least, positive_float, usage_error
 from dsv4_evals.base_url import HELP as BASE_URL_HELP
 from dsv4_evals.base_url import BaseURLError, normalize_base_url
 from dsv4_evals.ladder.envelopes import select
@@ -42,11 +42,13 @@ from dsv4_evals.matrix.report import as_json, header_lines, markdown, print_repo
 from dsv4_evals.matrix.run import Measurement, measure_launched, measure_running
 from dsv4_evals.matrix.stats import MIN_REPEATS, judge
 from dsv4_evals.matrix.variants import Matrix, Variant, load_matrix
+from dsv4_evals.render import stdout_console, to_json, write_atomic
 
 __all__ = ["Matrix", "Measurement", "Variant", "judge", "load_matrix", "register"]
 
 MEASUREMENTS = "measurements.jsonl"
 IDENTITY = "matrix-run.json"
+_REPEATS = int_at_least(MIN_REPEATS, "runs per variant are needed to see the run-to-run spread")
 
 
 class UsageError(ValueError):
@@ -65,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", metavar="NAME", action="append",
                    help="with --launch: only these variants (repeatable; the control always)")
     p.add_argument("--envelope", metavar="ID", help="serve-table envelope (default: the file's)")
-    p.add_argument("--repeats", type=_repeats, default=MIN_REPEATS, metavar="N",
+    p.add_argument("--repeats", type=_REPEATS, default=MIN_REPEATS, metavar="N",
                    help=f"runs per variant, at least {MIN_REPEATS} (default {MIN_REPEATS})")
     where = p.add_argument_group("servers")
     where.add_argument("--server", metavar="NAME=URL", action="append", default=[],
@@ -77,7 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="start each variant's server with dsv4-serve and its env")
     where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
                        help="launcher command line for --launch (default: dsv4-serve)")
-    where.add_argument("--launch-timeout", type=float, default=1800.0, metavar="S",
+    add_proxy_flag(where)
+    where.add_argument("--launch-timeout", type=positive_float, default=1800.0, metavar="S",
                        help="seconds to wait for /health or /v1/models (default 1800)")
     where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
                        help="after --: the model and vllm serve flags for --launch")
@@ -100,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
         identity = _identity(args, envelope.id, matrix)
         previous = _previous(args.out, identity)
     except (PatternError, BaseURLError, UsageError, ImportError, ValueError) as exc:
-        error("matrix", str(exc))
-        return 2
+        return usage_error("matrix", str(exc))
     options = ladder.options_from_args(args, base_url, None)
     first = 1 + max((m.repeat for m in previous), default=-1)
     new: list[Measurement] = []
@@ -133,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     head = header_lines(matrix, envelope.id, args.repeats, urls, args.launch)
     doc = as_json(matrix, judgement, envelope.id, urls, args.launch, everything)
     if args.out is not None:
-        (args.out / "matrix.json").write_text(to_json(doc))
-        (args.out / "matrix.md").write_text(markdown(matrix, judgement, head, failed, everything))
+        write_atomic(args.out / "matrix.json", to_json(doc))
+        write_atomic(args.out / "matrix.md", markdown(matrix, judgement, head, failed, everything))
     if args.json:
         sys.stdout.write(to_json(doc))
     else:
@@ -212,7 +214,7 @@ def _previous(out: Path | None, identity: dict[str, object]) -> list[Measurement
             raise UsageError(f"--out {out} holds runs taken with other settings ("
                              + "; ".join(diffs) + "); use the same options or another --out")
     else:
-        ident_path.write_text(to_json(identity))
+        write_atomic(ident_path, to_json(identity))
     path = out / MEASUREMENTS
     if not path.exists():
         return []
@@ -259,14 +261,3 @@ class _Sink:
             rate = "failed" if m.tok_s is None else f"{m.tok_s:,.1f} tok/s"
             self.progress.update(self.task, advance=1, description=f"{m.variant}: {rate}")
 
-
-def _repeats(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < MIN_REPEATS:
-        raise argparse.ArgumentTypeError(
-            f"at least {MIN_REPEATS} runs per variant are needed to see the run-to-run "
-            f"spread, got {value}")
-    return value

@@ -7,10 +7,10 @@ from typing import Any
 
 from rich.console import Console
 
-from dsv4_evals._ladder_render import fmt, markdown_table, print_rich_table
 from dsv4_evals.matrix.run import Measurement
 from dsv4_evals.matrix.stats import Judgement, Summary
 from dsv4_evals.matrix.variants import Matrix
+from dsv4_evals.render import fmt, markdown_table, print_rich_table
 
 HEADERS = ("variant", "env", "runs", "median tok/s", "spread tok/s (min-max)", "ratio",
            "verdict")

@@ -94,7 +94,8 @@ def measure_launched(
         opts = dataclasses.replace(options, launch=None)
         try:
             with LaunchedServer(argv, options.base_url, log, launch.ready_timeout_s,
-                                launch.stop_grace_s, env=variant.env):
+                                launch.stop_grace_s, env=variant.env,
+                                use_proxy_env=options.use_proxy_env):
                 for repeat in range(first_repeat, first_repeat + repeats):
                     on_measure(measure_once(envelope, opts, variant.name, repeat))
         except LaunchError as exc:

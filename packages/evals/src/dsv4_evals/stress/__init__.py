@@ -20,8 +20,15 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .._report import to_json, write_atomic
+from ..args import (
+    add_proxy_flag,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    usage_error,
+)
 from ..base_url import HELP as BASE_URL_HELP
+from ..render import to_json, write_atomic
 from .logscan import scan_log
 from .payload import PayloadError, load_payload
 from .report import build_report, render_markdown
@@ -45,6 +52,7 @@ def register(subparsers: Any) -> None:
         required=True,
         help=BASE_URL_HELP + "; the only address contacted",
     )
+    add_proxy_flag(p)
     p.add_argument("--model", help="model name sent in each request (default: the payload's)")
     p.add_argument(
         "--payload",
@@ -52,21 +60,29 @@ def register(subparsers: Any) -> None:
         type=Path,
         help="JSON file holding one chat-completions request, tools included",
     )
-    p.add_argument("--concurrency", type=int, default=32, help="requests in flight per wave")
-    p.add_argument("--warmup-waves", type=int, default=8, help="waves reported as warm-up")
-    p.add_argument("--waves", type=int, default=8, help="measured waves after the warm-up")
+    p.add_argument(
+        "--concurrency", type=positive_int, default=32, help="requests in flight per wave"
+    )
+    p.add_argument(
+        "--warmup-waves", type=non_negative_int, default=8, help="waves reported as warm-up"
+    )
+    p.add_argument(
+        "--waves", type=positive_int, default=8, help="measured waves after the warm-up"
+    )
     p.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=None,
         help="override the payload's max_tokens (without either: 16384)",
     )
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per request, total")
+    p.add_argument(
+        "--timeout", type=positive_float, default=1800.0, help="seconds per request, total"
+    )
     p.add_argument("--server-log", type=Path, help="server log file to scan for errors")
     p.add_argument(
         "--max-model-len",
-        type=int,
+        type=positive_int,
         help="the server's max_model_len: report the C128A width the run exercised",
     )
     p.add_argument("--out", type=Path, default=Path("stress-out"), help="output directory")
@@ -133,10 +149,9 @@ def run_command(
             max_tokens=args.max_tokens,
             temperature=args.temperature,
             timeout=args.timeout,
+            use_proxy_env=args.use_proxy_env,
         )
         body = config.body()
-        if args.max_model_len is not None and args.max_model_len < 1:
-            raise ValueError("--max-model-len must be a positive number of tokens")
         if args.server_log is not None and not args.server_log.is_file():
             raise ValueError(f"--server-log {args.server_log}: no such file")
         identity = {
@@ -156,8 +171,7 @@ def run_command(
         store = ResultStore(args.out)
         existing = store.open(identity, resume=args.resume)
     except (PayloadError, StoreError, ValueError) as exc:
-        print(f"dsv4-evals stress: error: {exc}", file=sys.stderr)
-        return 2
+        return usage_error("stress", str(exc))
 
     interrupted = False
     try:

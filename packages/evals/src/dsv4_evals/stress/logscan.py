@@ -2,8 +2,9 @@
 
 A garbled-output regression may answer every request with HTTP 200 while the
 server log shows CUDA faults, failed asserts or graph-capture errors. The patterns
-are data, so a new symptom is one more row, and each pattern counts on its own: one
-line such as "CUDA error: an illegal memory access" counts under both.
+are data (``data/stress_log_patterns.toml``, read like the ``logs`` and ``buckets``
+pattern files), so a new symptom is one more table, and each pattern counts on its
+own: one line such as "CUDA error: an illegal memory access" counts under both.
 """
 
 from __future__ import annotations
@@ -12,19 +13,51 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LOG_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("cuda_error", r"CUDA error|cudaError[A-Za-z]*|CUBLAS_STATUS_[A-Z_]+|CUDNN_STATUS_[A-Z_]+"),
-    ("illegal_memory_access", r"illegal memory access|cudaErrorIllegalAddress"),
-    ("assertion", r"AssertionError|Assertion .*failed|device-side assert"),
-    (
-        "graph_error",
-        r"(?:cuda ?graph|graph capture|stream capture)[^\n]*(?:error|fail|invalid)"
-        r"|cudaErrorStreamCapture[A-Za-z]*",
-    ),
-    ("fatal", r"(?<![\w-])fatal(?![\w-])"),
-    ("traceback", r"Traceback \(most recent call last\)"),
+from .._patterns import (
+    PatternError,
+    compile_regex,
+    load_pattern_file,
+    reject_unknown,
+    table_list,
 )
+from .._patterns import field as pattern_field
+
+DEFAULT_FILE = "stress_log_patterns.toml"
 FIRST_LINES = 5
+
+
+@dataclass(frozen=True)
+class LogPatterns:
+    """The named patterns of one pattern file, compiled, in file order."""
+
+    source: str
+    patterns: tuple[tuple[str, re.Pattern[str]], ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.patterns]
+
+
+def load_log_patterns(path: str | Path | None = None) -> LogPatterns:
+    """Read and check a pattern file (the shipped one when ``path`` is None)."""
+    doc, label = load_pattern_file(path, DEFAULT_FILE)
+    reject_unknown(doc, {"schema", "ignore_case", "pattern"}, label)
+    flags = re.IGNORECASE if pattern_field(doc, "ignore_case", bool, label, "true or false",
+                                           False) else 0
+    out: list[tuple[str, re.Pattern[str]]] = []
+    for i, item in enumerate(table_list(doc, "pattern", label)):
+        where = f"{label}: pattern[{i}]"
+        reject_unknown(item, {"name", "regex"}, where)
+        name = pattern_field(item, "name", str, where, "a name")
+        if name in (n for n, _ in out):
+            raise PatternError(f"{where}: name {name!r} repeated")
+        regex = pattern_field(item, "regex", str, where, "a regular expression")
+        out.append((name, compile_regex(regex, f"{where}.regex", flags)))
+    return LogPatterns(label, tuple(out))
+
+
+# The shipped patterns, read once at import; a broken shipped file fails loudly here.
+LOG_PATTERNS = load_log_patterns()
 
 
 @dataclass
@@ -37,12 +70,11 @@ class PatternHits:
 
 def scan_log(
     path: str | Path,
-    patterns: tuple[tuple[str, str], ...] = LOG_PATTERNS,
+    patterns: LogPatterns = LOG_PATTERNS,
     keep: int = FIRST_LINES,
 ) -> dict[str, PatternHits]:
     """Count matching lines per pattern name; keep the first ``keep`` as 'LINENO: text'."""
-    compiled = [(name, re.compile(rx, re.IGNORECASE)) for name, rx in patterns]
-    hits = {name: PatternHits() for name, _ in patterns}
+    hits = {name: PatternHits() for name in patterns.names}
     p = Path(path)
     try:
         handle = p.open("r", encoding="utf-8", errors="replace")
@@ -50,7 +82,7 @@ def scan_log(
         raise ValueError(f"--server-log {p}: cannot read it ({exc.strerror or exc})") from exc
     with handle:
         for lineno, line in enumerate(handle, start=1):
-            for name, rx in compiled:
+            for name, rx in patterns.patterns:
                 if rx.search(line):
                     h = hits[name]
                     h.count += 1

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._report import markdown_table
+from ..render import markdown_table
 from .logscan import PatternHits
 from .runner import MEASURED, WARMUP
 from .width import c128a_widths

@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import httpx
-
-from ..base_url import normalize_base_url
+from ..base_url import api_path, normalize_base_url
+from ..http import REQUEST_ERRORS, ServerClient
 from .classify import Result, classify_exception, classify_response
 from .payload import Payload
 
 WARMUP = "warmup"
 MEASURED = "measured"
+CHAT_PATH = api_path("chat/completions")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class StressConfig:
     max_tokens: int | None = None
     temperature: float = 0.0
     timeout: float = 1800.0
+    use_proxy_env: bool = False  # see dsv4_evals.http: proxies are ignored unless asked
 
     def __post_init__(self) -> None:
         # One rule for every subcommand (root or /v1, trailing slash or not): keep the root.
@@ -89,15 +90,11 @@ async def run_stress(
     """
     skip = set(done)
     body = config.body()
-    limits = httpx.Limits(
-        max_connections=config.concurrency, max_keepalive_connections=config.concurrency
-    )
-    # trust_env=False: no proxy from the environment, so only --base-url is contacted.
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(config.timeout),
-        limits=limits,
-        trust_env=False,
-        follow_redirects=False,
+    async with ServerClient(
+        config.base_url,
+        timeout_s=config.timeout,
+        connections=config.concurrency,
+        use_proxy_env=config.use_proxy_env,
     ) as client:
         for wave in range(config.warmup_waves + config.waves):
             first = wave * config.concurrency
@@ -107,7 +104,7 @@ async def run_stress(
 
 
 async def _run_wave(
-    client: httpx.AsyncClient,
+    client: ServerClient,
     config: StressConfig,
     body: dict,
     indices: list[int],
@@ -130,17 +127,16 @@ async def _run_wave(
 
 
 async def _one(
-    client: httpx.AsyncClient, config: StressConfig, body: dict, index: int, run_id: str
+    client: ServerClient, config: StressConfig, body: dict, index: int, run_id: str
 ) -> dict:
     wave, phase = config.phase_of(index)
     start = time.perf_counter()
     result = Result(index=index, wave=wave, phase=phase, latency_s=0.0)
     headers = {"X-Request-Id": f"dsv4-stress-{run_id}-{index}"}
     try:
-        async with asyncio.timeout(config.timeout):
-            response = await client.post(config.url, json=body, headers=headers)
-        classify_response(result, response.status_code, response.content, config.payload.tool_names)
-    except (httpx.RequestError, TimeoutError) as exc:
+        reply = await client.request("POST", CHAT_PATH, json=body, headers=headers)
+        classify_response(result, reply.status, reply.body, config.payload.tool_names)
+    except REQUEST_ERRORS as exc:
         result.ok = False
         result.error_class = classify_exception(exc)
         detail = str(exc) or f"no complete response within {config.timeout:g} s"
