@@ -151,7 +151,7 @@ def test_an_undeclared_file_is_absent_until_declared(mini_repo: Path, tmp_path: 
     assert failed.returncode != 0 and "FileNotFoundError" in text and "notes.txt" in text
     pyproject = mini_repo / "packages" / "alpha" / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(
-        "timeout = 120", 'timeout = 120\ninputs = ["notes.txt"]'))
+        "timeout = 120", 'timeout = 120\ninputs = ["//notes.txt"]'))
     assert _outcome(run_nox(mini_repo, "-s", "alpha", env=_env(tmp_path, "a"))) == {
         "alpha": "ran"}
 
