@@ -147,16 +147,11 @@ class ServerClient:
     async def __aexit__(self, *exc: object) -> None:
         await self._client.__aexit__(*exc)
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Reply:
-        """Send one request and read its whole body, within ``timeout_s``."""
-        async with self.stream(method, path, json=json, headers=headers) as stream:
+    async def request(self, method: str, path: str, **options: Any) -> Reply:
+        """Send one request and read its whole body, within ``timeout_s``.
+
+        ``options`` are those of ``stream`` (``json``, ``headers``)."""
+        async with self.stream(method, path, **options) as stream:
             return await stream.read()
 
     @asynccontextmanager

@@ -71,13 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help=BASE_URL_HELP + "; also where --launch waits for it")
     where.add_argument("--launch", action="store_true",
                        help="start the server per envelope with dsv4-serve, stop it after")
-    where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
-                       help="launcher command line for --launch (default: dsv4-serve)")
-    add_proxy_flag(where)
-    where.add_argument("--launch-timeout", type=positive_float, default=1800.0, metavar="S",
-                       help="seconds to wait for /health or /v1/models (default 1800)")
-    where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
-                       help="after --: the model and vllm serve flags for --launch")
+    add_server_arguments(where)
     add_request_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -85,6 +79,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="write ladder.json and ladder.md (and server logs) here")
     out.add_argument("--no-progress", action="store_true", help="no live progress bars")
     p.set_defaults(func=run)
+
+
+def add_server_arguments(where: argparse._ArgumentGroup) -> None:
+    """The launcher and connection flags after ``--launch`` (shared with ``matrix``)."""
+    where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
+                       help="launcher command line for --launch (default: dsv4-serve)")
+    add_proxy_flag(where)
+    where.add_argument("--launch-timeout", type=positive_float, default=1800.0, metavar="S",
+                       help="seconds to wait for /health or /v1/models (default 1800)")
+    where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
+                       help="after --: the model and vllm serve flags for --launch")
 
 
 def add_request_arguments(p: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 import dsv4_evals.ladder as ladder
 from dsv4_evals._patterns import PatternError
-from dsv4_evals.args import add_proxy_flag, int_at_least, positive_float, usage_error
+from dsv4_evals.args import int_at_least, usage_error
 from dsv4_evals.base_url import HELP as BASE_URL_HELP
 from dsv4_evals.base_url import BaseURLError, normalize_base_url
 from dsv4_evals.ladder.envelopes import select
@@ -77,13 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--label", metavar="NAME", help="the variant the --base-url server runs")
     where.add_argument("--launch", action="store_true",
                        help="start each variant's server with dsv4-serve and its env")
-    where.add_argument("--serve-command", default="dsv4-serve", metavar="CMD",
-                       help="launcher command line for --launch (default: dsv4-serve)")
-    add_proxy_flag(where)
-    where.add_argument("--launch-timeout", type=positive_float, default=1800.0, metavar="S",
-                       help="seconds to wait for /health or /v1/models (default 1800)")
-    where.add_argument("model_args", nargs="*", metavar="-- MODEL_ARGS",
-                       help="after --: the model and vllm serve flags for --launch")
+    ladder.add_server_arguments(where)
     ladder.add_request_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print JSON instead of the table")
