@@ -16,25 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-import harness
-import swa_upstream
 import torch
 from dsv4_kernels import swa
-from dsv4_kernels.swa_testing import POISON, SwaCall
-from dsv4_policy import swa as policy
+from dsv4_kernels.swa.testing import POISON, SwaCall
+from dsv4_policy.kernels import swa as policy
 
-REPO = Path(__file__).resolve().parents[3]
+from dsv4_evals.bench import timing
+from dsv4_evals.bench.swa import upstream as swa_upstream
+
 WINDOW = 128
 INDEX_WIDTH = 128
 BLOCK_SIZE = 64
 CONTEXT = 32768
 """ANCHORS.md's context; decode rows sit at random positions in [CONTEXT/2, CONTEXT)."""
 MAX_QUERY = 8192
-MIN_RATIO = 0.97
-SPEEDUP_GATES = {"prefill-T32768": 4.0, "prefill-T8192": 3.0}
-"""Speed-ups over vLLM 0.33.0's launch the table must reach (GPU time, one run)."""
 REPORTED = (1, 2048, 8192, 32768)
 
 
@@ -125,8 +121,8 @@ BASELINE = "upstream"
 
 
 def graph_us(fn: Callable[[], object], launches: int = 20, reps: int = 15) -> float:
-    """:func:`harness.graph_us` with the SWA benchmarks' defaults (20 launches, 15 replays)."""
-    return harness.graph_us(fn, launches_per_graph=launches, reps=reps)
+    """:func:`timing.graph_us` with the SWA benchmarks' defaults (20 launches, 15 replays)."""
+    return timing.graph_us(fn, launches_per_graph=launches, reps=reps)
 
 
 def runner(call: SwaCall, tile: object, upstream_kernel: object) -> Callable[[], None]:
@@ -177,10 +173,10 @@ class Measure:
         key = tuple(sorted(point.items()))
         n = self._scale.get(key)
         if n is None:
-            one = harness.graph_us(runner(call, BASELINE, self.upstream), launches_per_graph=4,
+            one = timing.graph_us(runner(call, BASELINE, self.upstream), launches_per_graph=4,
                                  reps=3)
             n = self._scale[key] = max(4, min(50, int(self.target_us / max(one, 1.0))))
-        return harness.graph_us(runner(call, tile, self.upstream), launches_per_graph=n, reps=15)
+        return timing.graph_us(runner(call, tile, self.upstream), launches_per_graph=n, reps=15)
 
 
 def resolved_tile(shape: SwaShape, arch: str, table: object | None = None) -> object:

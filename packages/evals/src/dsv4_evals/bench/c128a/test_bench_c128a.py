@@ -10,9 +10,11 @@ three launches go into ``extra_info`` and feed the gates in ``conftest.py``.
 
 from __future__ import annotations
 
-import harness
 import pytest
 import torch
+
+from dsv4_evals.bench import timing
+from dsv4_evals.bench.c128a import harness
 
 LAUNCHES = 50
 
@@ -22,9 +24,9 @@ def test_c128a(benchmark, shape: harness.Shape, device, machine, record) -> None
     arch = str(machine["arch"])
     specs = harness.launches(shape, arch)
     inputs = harness.make_inputs(shape, device)
-    do_bench = {label: harness.do_bench_us(harness.runner(inputs, spec))
+    do_bench = {label: timing.do_bench_us(harness.runner(inputs, spec))
                 for label, spec in specs.items()}
-    graph = {label: harness.graph_us(harness.runner(inputs, spec))
+    graph = {label: timing.graph_us(harness.runner(inputs, spec))
              for label, spec in specs.items()}
 
     table = specs["table"]

@@ -2,7 +2,7 @@
 
 Run the whole ladder once, without pytest, and print a table::
 
-    python packages/vllm_integration/benchmarks/step_bench.py --json artifacts/bench-step.json
+    python -m dsv4_evals.bench.step.bench --json artifacts/bench-step.json
     python packages/vllm_integration/benchmarks/step_bench.py --quick          # ~2 minutes
 
 For every ladder point (``step_harness.ladder()``) it builds the step's metadata with all
@@ -27,9 +27,6 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 MIN_RATIO = 0.97
 """The gate: with the plugin on, off/on must be at least this at every point (host, GPU)."""
@@ -106,9 +103,10 @@ def environment(torch: Any, vllm: Any, device: Any) -> dict[str, Any]:
 def measure_point(sides: Any, point: Any, gen: Any, *, rounds: int, profile_steps: int,
                   timed: bool, profiled: bool = True) -> dict[str, Any]:
     """Compare both sides on fresh inputs, then (``timed``) time them and profile them."""
-    import step_harness as h
-    import step_measure as m
     import torch
+
+    from dsv4_evals.bench.step import harness as h
+    from dsv4_evals.bench.step import measure as m
 
     h.check_point(point, sides.deployment)
     before = sides.switch.counters()
@@ -270,7 +268,7 @@ def breakdown(rows: list[dict[str, Any]], names: tuple[str, ...] = ANCHORS, top:
 # ----------------------------------------------------------------------------- main
 def run(args: argparse.Namespace) -> int:
     torch, vllm = _imports()
-    import step_harness as h
+    from dsv4_evals.bench.step import harness as h
 
     cpu = args.cpu_check or args.device == "cpu"
     if cpu:
@@ -395,7 +393,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", help="write every number here")
     p.add_argument("--quick", action="store_true",
-                   help=f"{len(__import__('step_harness').QUICK)} anchor points, 20 rounds")
+                   help="the anchor points only, 20 rounds")
     p.add_argument("--points", help="comma-separated point names")
     p.add_argument("--rounds", type=int, default=0, help="host-timing rounds per side")
     p.add_argument("--profile-steps", type=int, default=3)

@@ -1,4 +1,4 @@
-"""The probe machinery of ``benchmarks/probes.py``: points, splits and the acceptance rule.
+"""The probe machinery of :mod:`dsv4_evals.bench.probes`: points, splits and the acceptance rule.
 
 Timings are synthetic functions here, so each rule (every probe, both passes) is
 checked against a case built to break it.
@@ -7,15 +7,11 @@ checked against a case built to break it.
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
+from dsv4_evals.bench import probes
 from hypothesis import given
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import probes
 
 BOX = {"max_seq_len": (16512, 32895), "num_decode_tokens": (1, 4096),
        "num_prefill_tokens": (129, 1024)}

@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import step_bench
-import step_harness as h
+
+from dsv4_evals.bench.step import bench as step_bench
+from dsv4_evals.bench.step import harness as h
 
 POINTS = h.quick_ladder() if step_bench.ladder_name() == "quick" else h.ladder()
 ROUNDS = 20 if step_bench.ladder_name() == "quick" else 60

@@ -3,7 +3,7 @@ launch at every probe of the box, and write those boxes into the C128A launch ta
 
 A box is (phase, active width, token ranges): its ``max_seq_len`` range is the width's
 whole class, and its token ranges are buckets (mixed boxes bound both the decode and
-the prefill count). For each box the probes of ``probes.py`` are timed (CUDA-graph
+the prefill count). For each box the probes of :mod:`dsv4_evals.bench.probes` are timed (CUDA-graph
 replay medians, GPU time, as a captured model step sees it): every corner (min and max
 of ``max_seq_len`` and of each token count, at a 1M deployment), for mixed boxes the
 extreme mixes, and ``--random-probes`` seeded random keys (``max_model_len`` drawn too).
@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from dsv4_policy.kernels import c128a as policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness
-import probes
-from dsv4_policy import c128a as policy
+from dsv4_evals.bench import paths, probes, timing
+from dsv4_evals.bench.c128a import harness
 
-TABLE = Path(policy.__file__).resolve().parent / "tables" / "c128a.toml"
+TABLE = paths.table("c128a")
 WIDTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 TOKEN_BUCKETS = ((1, 8), (9, 128), (129, 1024), (1025, 8191), (8192, harness.MAX_PROBE_TOKENS))
 """The last bucket starts at 8192: the long-prefill floor target covers T >= 8192."""
@@ -247,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="speed-up over the baseline needed at every probe, both passes")
     parser.add_argument("--table", type=Path, default=TABLE, help="table file to update")
     parser.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+    parser.add_argument("--write", action="store_true",
+                        help="write the table (the default; every kernel's tuner takes it)")
     parser.add_argument("--phases", default="decode,prefill,mixed")
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     parser.add_argument("--seed", type=int, default=20261201, help="seed of the random probes")
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     device = torch.device("cuda")
-    info = harness.gpu_info(device)
+    info = timing.gpu_info(device)
     arch, gpu = str(info["arch"]), str(info["gpu"])
     versions = f"torch {info['torch']}, triton {info['triton']}, CUDA {info['cuda']}"
     widths = {int(w) for w in args.widths.split(",")}

@@ -12,14 +12,14 @@ wheel:
 
 and writes them, with small stand-ins for ``vllm.envs``, ``vllm.platforms``,
 ``vllm.triton_utils`` and ``vllm.utils.math_utils``, into a folder that git ignores
-(default ``.upstream/`` at the repository root). Nothing from vLLM is committed. Put
+(default ``.upstream/c128a/`` at the repository root). Nothing from vLLM is committed. Put
 the folder on ``sys.path`` and ``import vllm.models.deepseek_v4.sparse_mla``.
 
 The platform stand-in caches the device capability, as vLLM's CUDA platform does, so
 the upstream timing is not charged for a query vLLM would not make.
 
-    python packages/kernels/benchmarks/upstream.py --wheel vllm-0.33.0-....whl
-    python packages/kernels/benchmarks/upstream.py            # pip download first
+    python -m dsv4_evals.bench.c128a.upstream --wheel vllm-0.33.0-....whl
+    python -m dsv4_evals.bench.c128a.upstream            # pip download first
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
-DEFAULT_OUT = REPO / ".upstream"
+from dsv4_evals.bench import paths
+
+DEFAULT_OUT = paths.upstream("c128a")
 VERSION = "0.33.0"
 SPARSE_MLA = "vllm/models/deepseek_v4/sparse_mla.py"
 WHOLE = ("vllm/model_executor/warmup/jit_warmup.py",

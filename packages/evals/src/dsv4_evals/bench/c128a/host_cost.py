@@ -7,7 +7,7 @@ the mean over ``--calls`` back-to-back calls, no sync inside a round):
 
 - ``upstream``: vLLM 0.33.0's ``build_c128a_topk_metadata`` as vLLM calls it, through its
   ``kernel_launcher`` / ``VllmTritonJitKernel`` path (extracted from the wheel by
-  ``upstream.py``; pass the folder with ``--upstream``);
+  :mod:`dsv4_evals.bench.c128a.upstream`; pass the folder with ``--upstream``);
 - ``plugin hit``: ``dsv4_vllm``'s ``C128ADispatch.__call__`` on a table hit, called
   exactly as vLLM calls the function it replaces (argument binding, decision cache,
   checks, views, launch);
@@ -16,7 +16,7 @@ the mean over ``--calls`` back-to-back calls, no sync inside a round):
 - ``bare Triton``: ``kernel[grid](...)`` of upstream's own kernel, no checks, no views.
 
     PYTHONPATH=packages/policy/src:packages/kernels/src:packages/vllm_integration/src \\
-      python packages/kernels/benchmarks/host_cost.py --upstream .upstream --json out.json
+      python -m dsv4_evals.bench.c128a.host_cost --upstream .upstream/c128a --json out.json
 
 Exit status 1 when the plugin's hit path costs more than ``--max-ratio`` (0.5) of
 upstream's at any batch.
@@ -34,11 +34,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
+from dsv4_policy.kernels import c128a as policy
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import harness  # noqa: E402
-from dsv4_policy import c128a as policy  # noqa: E402
+from dsv4_evals.bench import timing
+from dsv4_evals.bench.c128a import harness
 
 STAND_IN_TILE = (1, 512, 4, True)
 """The tile timed where the table has no entry for a batch (the host path is the same)."""
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     import vllm.models.deepseek_v4.sparse_mla as sparse_mla
 
     device = torch.device("cuda")
-    info = harness.gpu_info(device)
+    info = timing.gpu_info(device)
     arch = str(info["arch"])
     rows = {}
     for shape in SHAPES:
@@ -175,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<26}" + "".join(f"{v:>24.1f}µs" for v in r.values()))
     print(f"plugin hit / upstream, worst batch: {worst:.2f}x (target <= {args.max_ratio}x)")
     if args.json:
-        harness.write_json(args.json, {"machine": info, "calls": args.calls,
+        timing.write_json(args.json, {"machine": info, "calls": args.calls,
                                        "rounds": args.rounds, "host_us": rows,
                                        "worst_plugin_over_upstream": worst})
     return 0 if worst <= args.max_ratio else 1

@@ -1,8 +1,8 @@
 """SWA bench gates: the shipped SWA table against vLLM 0.33.0's own launch, in one run.
 
 GPU time (CUDA-graph replay medians) of the launch the policy resolves against
-upstream's launch of upstream's kernel (extracted by ``swa_upstream.py``), at the same
-inputs, in the same process:
+upstream's launch of upstream's kernel (extracted by :mod:`dsv4_evals.bench.swa.upstream`),
+at the same inputs, in the same process:
 
 - at every anchor shape the table's launch writes exactly what upstream writes, and is
   never below ``MIN_RATIO``; on a GPU the table is tuned for, prefill T=32768 reaches
@@ -21,21 +21,19 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from dsv4_policy.kernels import swa as policy
 
-sys.path.insert(0, str(Path(__file__).parent))
-import harness
-import probes
-import swa_harness as h
-import swa_upstream
-from dsv4_policy import swa as policy
+from dsv4_evals.bench import paths, probes, timing
+from dsv4_evals.bench.c128a import harness
+from dsv4_evals.bench.swa import gates
+from dsv4_evals.bench.swa import harness as h
+from dsv4_evals.bench.swa import upstream as swa_upstream
 
-REPO = Path(__file__).resolve().parents[3]
-ARTIFACTS = Path(os.environ.get("DSV4_ARTIFACTS_DIR", REPO / "artifacts"))
+ARTIFACTS = paths.artifacts()
 OUT = Path(os.environ.get("DSV4_SWA_RESULTS", ARTIFACTS / "bench-swa.json"))
 RESULTS: dict[str, object] = {}
 
@@ -94,9 +92,9 @@ def test_anchor_shapes_are_identical_and_faster(device, arch, upstream) -> None:
               f" {base / ours:5.2f}x")
     RESULTS["anchors"] = rows
     for row in rows:
-        assert row["speedup"] >= h.MIN_RATIO, row
+        assert row["speedup"] >= gates.MIN_RATIO, row
     if tuned:
-        for name, gate in h.SPEEDUP_GATES.items():
+        for name, gate in gates.SPEEDUP_GATES.items():
             row = next(r for r in rows if r["shape"] == name)
             assert row["speedup"] >= gate, f"{name}: {row['speedup']:.2f}x < {gate}x"
     else:
@@ -149,7 +147,7 @@ def test_random_keys_inside_entries_are_never_slower(device, arch, upstream, key
     for r in worst:
         print(f"  {r['entry']} T={r['num_tokens']} prefill={r['prefill']} "
               f"bs={r['block_size']} padding={r['padding']}: {r['ratio']:.3f}x")
-    assert ratios[0] >= h.MIN_RATIO, worst[0]
+    assert ratios[0] >= gates.MIN_RATIO, worst[0]
 
 
 def test_per_step_metadata_total_c128a_plus_swa(device, arch, upstream) -> None:
@@ -158,8 +156,8 @@ def test_per_step_metadata_total_c128a_plus_swa(device, arch, upstream) -> None:
     for shape in harness.anchor_shapes():
         inputs = harness.make_inputs(shape, device)
         specs = harness.launches(shape, arch)
-        c_up = harness.graph_us(harness.runner(inputs, specs["baseline"]))
-        c_ours = (harness.graph_us(harness.runner(inputs, specs["table"]))
+        c_up = timing.graph_us(harness.runner(inputs, specs["baseline"]))
+        c_ours = (timing.graph_us(harness.runner(inputs, specs["table"]))
                   if specs["table"].source != "baseline" else c_up)
         swa_shape = h.SwaShape(shape.num_tokens, shape.phase == "prefill")
         tile = h.resolved_tile(swa_shape, arch)
@@ -177,4 +175,4 @@ def test_per_step_metadata_total_c128a_plus_swa(device, arch, upstream) -> None:
         del inputs, call
     RESULTS["per_step"] = rows
     for row in rows:
-        assert row["speedup"] >= h.MIN_RATIO, row
+        assert row["speedup"] >= gates.MIN_RATIO, row

@@ -12,8 +12,10 @@ launch, reading each row's position first, cannot reach).
 
 from __future__ import annotations
 
-import harness
 import pytest
+
+from dsv4_evals.bench import timing
+from dsv4_evals.bench.c128a import harness
 
 WIDTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 TOKENS = (8192, 16384, 32768, 65536)
@@ -27,15 +29,15 @@ def test_prefill_floor(device, machine, record_floor, width: int, tokens: int) -
     table = specs["table"]
     assert table.width == width
     inputs = harness.make_inputs(shape, device)
-    ours = harness.graph_us(harness.runner(inputs, table), launches_per_graph=10, reps=15)
-    base = harness.graph_us(harness.runner(inputs, specs["baseline"]), launches_per_graph=10,
+    ours = timing.graph_us(harness.runner(inputs, table), launches_per_graph=10, reps=15)
+    base = timing.graph_us(harness.runner(inputs, specs["baseline"]), launches_per_graph=10,
                             reps=15)
     # The same bytes written by torch's own fill kernel, through the same strided view: what
     # the GPU reaches for this write pattern (rows of width * 4 bytes, capacity apart).
     view = inputs.prefill_buf[:tokens, :width]
-    fill = harness.graph_us(lambda: view.fill_(-1), launches_per_graph=10, reps=15)
+    fill = timing.graph_us(lambda: view.fill_(-1), launches_per_graph=10, reps=15)
     # And by a launch that reads nothing: the lower bound of any launch writing them.
-    store = harness.graph_us(harness.store_only_runner(view), launches_per_graph=10, reps=15)
+    store = timing.graph_us(timing.store_only_runner(view), launches_per_graph=10, reps=15)
     floor = harness.floor_us(shape, width, float(machine["copy_bandwidth_tb_s"]) * 1e12)
     ideal = float(machine["empty_launch_graph_us"]) + floor
     record_floor(shape.name, {"width": width, "tokens": tokens, "table_us": ours,

@@ -10,10 +10,10 @@ two along ``num_tokens`` (up to ``--split-depth`` times); a box no tile wins get
 entry, so those calls keep vLLM's launch. Each entry records ``probes`` and
 ``worst_speedup`` (the smallest baseline/tile ratio over its probes and both passes).
 
-    python benchmarks/tune_swa.py [--seed 0] [--write] [--out artifacts/tune_swa.json]
+    python -m dsv4_evals.bench.swa.tune [--seed 0] [--write] [--out artifacts/tune_swa.json]
 
 ``--write`` replaces ``dsv4_policy/tables/swa.toml`` (after validation). Run from
-``packages/kernels`` on the GPU, after ``python benchmarks/swa_upstream.py``.
+``packages/evals`` on the GPU, after ``python -m dsv4_evals.bench.swa.upstream``.
 """
 
 from __future__ import annotations
@@ -21,18 +21,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import probes
-import swa_harness as h
-import swa_upstream
 import torch
 import triton
-from dsv4_policy import swa as policy
+from dsv4_policy.kernels import swa as policy
+
+from dsv4_evals.bench import paths, probes
+from dsv4_evals.bench.swa import harness as h
+from dsv4_evals.bench.swa import upstream as swa_upstream
 
 BOXES = [(1, 1), (2, 16), (17, 128), (129, 1024), (1025, 4096), (4097, 16384),
          (16385, 65536)]
@@ -42,9 +40,9 @@ CANDIDATES = [
     (8, 128, 2), (8, 128, 4), (8, 128, 8), (16, 128, 4), (16, 128, 8), (32, 128, 4),
     (32, 128, 8), (64, 128, 8), (16, 64, 2), (32, 64, 4),
 ]
-TABLE = Path(policy.__file__).parent / "tables" / "swa.toml"
+TABLE = paths.table("swa")
 HEADER = ("SWA indices-and-lens launch table. Entries are written by the SWA tuner "
-          "(packages/kernels/benchmarks/tune_swa.py) from measurements: a tile is kept only "
+          "(dsv4_evals.bench.swa.tune) from measurements: a tile is kept only "
           "where it beat vLLM 0.33.0's launch at every probe of the entry's box, twice; a "
           "key no entry matches gets the upstream launch unchanged.")
 
@@ -82,7 +80,7 @@ def entry(arch: str, box: dict[str, tuple[int, int]], verdict: probes.Verdict,
          "block_size": policy.Range(b0, b1), "num_tokens": policy.Range(lo, hi)},
         policy.Tile(tpp, cpp, warps),
         {**machine, "probes": verdict.probes, "worst_speedup": f"{verdict.worst_ratio:.3f}x",
-         "command": "python benchmarks/tune_swa.py --write"},
+         "command": "python -m dsv4_evals.bench.swa.tune --write"},
     )
 
 
@@ -92,13 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-points", type=int, default=8)
     parser.add_argument("--split-depth", type=int, default=1)
     parser.add_argument("--write", action="store_true", help="replace the shipped swa.toml")
-    parser.add_argument("--out", type=Path, default=h.REPO / "artifacts" / "tune_swa.json",
+    parser.add_argument("--out", type=Path, default=paths.artifacts() / "tune_swa.json",
                         help="every box's verdict and the table, as JSON")
     args = parser.parse_args(argv)
     if args.random_points < 8:
         parser.error("--random-points: the probe rules need at least 8 random keys per box")
     if not torch.cuda.is_available():
-        raise SystemExit("tune_swa.py needs a CUDA GPU")
+        raise SystemExit("dsv4_evals.bench.swa.tune needs a CUDA GPU")
     device = torch.device("cuda", torch.cuda.current_device())
     major, minor = torch.cuda.get_device_capability(device)
     arch = f"sm{major}{minor}"

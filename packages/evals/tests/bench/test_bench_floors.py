@@ -1,4 +1,4 @@
-"""The bench gates' summaries (``benchmarks/gate_report.py``) from recorded results.
+"""The bench gates' summaries (:mod:`dsv4_evals.bench.floors`) from recorded results.
 
 Uses the numbers of a real bench run's shape (made up here, seeded), so the min, p5,
 median and worst-five keys and the floor table can be checked against a direct
@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import random
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import gate_report
+from dsv4_evals.bench import floors
 
 
 def _rows(n: int, seed: int) -> list[dict]:
@@ -27,27 +23,27 @@ def _rows(n: int, seed: int) -> list[dict]:
 
 def test_key_summary_matches_a_direct_computation() -> None:
     rows = _rows(200, 3)
-    got = gate_report.key_summary(rows, seed=77)
+    got = floors.key_summary(rows, seed=77)
     ratios = sorted(r["ratio"] for r in rows)
     assert got["seed"] == 77 and got["count"] == 200
     assert got["min"] == ratios[0] and got["p5"] == ratios[9]
     assert got["median"] == statistics.median(ratios)
     assert [r["ratio"] for r in got["worst"]] == ratios[:5]
-    text = gate_report.key_markdown(got)
+    text = floors.key_markdown(got)
     assert "seed 77" in text and f"min **{ratios[0]:.3f}x**" in text
     assert text.count("| sm90-e") == 5
 
 
 def test_key_summary_refuses_no_keys() -> None:
     with pytest.raises(ValueError, match="no keys"):
-        gate_report.key_summary([], seed=1)
+        floors.key_summary([], seed=1)
 
 
 def test_floor_table_has_one_cell_per_shape() -> None:
     floor = {f"prefill-T{t}-w{w}": {"width": w, "tokens": t, "pct_of_ideal": 100 + w / 128 + t / 8192,
                                     "baseline_us": 2.0, "ideal_us": 1.0, "fill_us": 3.0}
              for w in (128, 8192) for t in (8192, 65536)}
-    text = gate_report.floor_markdown(floor)
+    text = floors.floor_markdown(floor)
     assert "| T \\ width | 128 | 8192 |" in text
     assert "| 8192 | 102% (200%, fill 300%) | 165% (200%, fill 300%) |" in text
     assert "| 65536 | 109% (200%, fill 300%) | 172% (200%, fill 300%) |" in text
@@ -62,9 +58,9 @@ def _floor_row(rng: random.Random, pct: float, fill_pct: float) -> dict:
 def test_floor_cells_and_misses_show_the_store_only_bound() -> None:
     row = {"width": 128, "tokens": 8192, "pct_of_ideal": 160.0, "baseline_us": 5.0,
            "ideal_us": 2.0, "fill_us": 5.0, "store_only_us": 2.7, "table_us": 3.2}
-    text = gate_report.floor_markdown({"p": row})
+    text = floors.floor_markdown({"p": row})
     assert "| 8192 | 160% (250%, fill 250%, store-only 135%) |" in text
-    failures, misses = gate_report.floor_verdicts({"p": row}, 150.0)
+    failures, misses = floors.floor_verdicts({"p": row}, 150.0)
     assert failures == []
     assert misses == ["p: 160% of (empty launch + write floor); torch's fill_ of the same "
                       "view 250%, a store-only launch 135%"]
@@ -77,15 +73,15 @@ def test_floor_verdicts_fail_only_where_the_vendor_fill_does_better() -> None:
         "pattern-bound": _floor_row(rng, 206.0, 250.0),  # above target, fill_ slower still
         "launch-bound": _floor_row(rng, 180.0, 140.0),  # above target, fill_ faster
     }
-    failures, misses = gate_report.floor_verdicts(floor, 150.0)
+    failures, misses = floors.floor_verdicts(floor, 150.0)
     assert [f.split(":")[0] for f in failures] == ["launch-bound"]
     assert "slower than torch's fill_" in failures[0]
     assert [m.split(":")[0] for m in misses] == ["pattern-bound"]
     assert "206% of (empty launch + write floor); torch's fill_ of the same view 250%" in misses[0]
-    assert gate_report.floor_verdicts({"within": floor["within"]}, 150.0) == ([], [])
+    assert floors.floor_verdicts({"within": floor["within"]}, 150.0) == ([], [])
 
 
 def test_md_table_has_one_line_per_row() -> None:
-    text = gate_report.md_table(["call", "µs"], [["decode", "1.50"], ["prefill", "2.25"]])
+    text = floors.md_table(["call", "µs"], [["decode", "1.50"], ["prefill", "2.25"]])
     assert text.splitlines() == ["| call | µs |", "|---|---|", "| decode | 1.50 |",
                                  "| prefill | 2.25 |"]

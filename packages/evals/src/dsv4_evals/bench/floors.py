@@ -1,13 +1,14 @@
 """The never-slower and long-prefill results as numbers and markdown, from plain dicts.
 
-Shared by the bench session (``conftest.py``), which measures and gates, and the report
-(``report.py``), which shows the last bench run's results; pure Python, so it is tested
-on the CPU.
+Shared by the bench sessions (each kernel's ``conftest.py``), which measure and gate, and
+the report sections, which show the last bench run's results; pure Python, so it is
+tested on the CPU. Also the report's markdown table and progress bar.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Mapping, Sequence
 
 
@@ -95,3 +96,13 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def progress(i: int, n: int, what: str) -> None:
+    """A one-line progress bar on stderr: the report times many shapes."""
+    width = 30
+    done = int(width * i / n)
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {what:<40}")
+    sys.stderr.flush()
+    if i == n:
+        sys.stderr.write("\n")

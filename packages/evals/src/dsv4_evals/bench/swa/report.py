@@ -1,6 +1,6 @@
 """The SWA part of the launch report: a table and a plot, vLLM 0.33.0 against the table.
 
-``report.py`` calls :func:`section` on a GPU. It times the SWA anchor calls (decode and
+The report calls :func:`gpu_section` on a GPU. It times the SWA anchor calls (decode and
 prefill, 512 to 32768 rows) for vLLM 0.33.0's own launch and the launch the shipped SWA
 table resolves, in the same run (CUDA-graph replay medians), checks the outputs are
 identical, plots both against the empty launch + write floor, and adds the per-step C128A +
@@ -10,22 +10,25 @@ SWA totals of the last ``swa-bench`` run when ``bench-swa.json`` is in the artif
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import harness
-import swa_harness as h
-import swa_upstream
 import torch
-from gate_report import md_table
+
+from dsv4_evals.bench import timing
+from dsv4_evals.bench.floors import md_table
+from dsv4_evals.bench.registry import ReportContext, Section
+from dsv4_evals.bench.swa import harness as h
+from dsv4_evals.bench.swa import upstream as swa_upstream
+
+ORDER = 10
 
 TOKENS = (1, 512, 2048, 8192, 32768)
 
 
 def measure(device: torch.device, arch: str) -> list[dict]:
     kernel = swa_upstream.load_kernel()
-    bandwidth = harness.copy_bandwidth_bytes_per_s(device)
-    empty = harness.empty_launch_graph_us(device)
+    bandwidth = timing.copy_bandwidth_bytes_per_s(device)
+    empty = timing.empty_launch_graph_us(device)
     rows = []
     for prefill in (False, True):
         for tokens in TOKENS:
@@ -34,8 +37,8 @@ def measure(device: torch.device, arch: str) -> list[dict]:
             shape = h.SwaShape(tokens, prefill)
             call = h.make_call(shape, device)
             tile = h.resolved_tile(shape, arch)
-            up = harness.graph_us(h.runner(call, h.BASELINE, kernel), reps=15)
-            ours = up if tile == h.BASELINE else harness.graph_us(h.runner(call, tile, kernel),
+            up = timing.graph_us(h.runner(call, h.BASELINE, kernel), reps=15)
+            ours = up if tile == h.BASELINE else timing.graph_us(h.runner(call, tile, kernel),
                                                                  reps=15)
             rows.append({"shape": shape.name, "phase": "prefill" if prefill else "decode",
                          "tokens": tokens, "tile": str(tile), "upstream_us": up,
@@ -72,7 +75,19 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def section(device: torch.device, arch: str, out: Path, gpu: str) -> tuple[str, list[dict]]:
+def cpu_section(ctx: ReportContext) -> Section | None:
+    """Nothing without a GPU: the SWA kernel's interpreter checks are the kernels tests."""
+    return None
+
+
+def gpu_section(ctx: ReportContext) -> Section:
+    """The SWA table and ``swa.png``, plus the last swa-bench run's per-step totals."""
+    markdown, rows = section(ctx.device, str(ctx.arch), ctx.out, str(ctx.gpu), ctx.artifacts)
+    return Section(markdown, rows, tuple(r["shape"] for r in rows if not r["identical"]))
+
+
+def section(device: torch.device, arch: str, out: Path, gpu: str,
+            artifacts: Path) -> tuple[str, list[dict]]:
     """Markdown for the report (and the rows), with ``swa.png`` written into ``out``."""
     rows = measure(device, arch)
     plot(rows, out / "swa.png", f"SWA indices and lens on {gpu}")
@@ -83,8 +98,6 @@ def section(device: torch.device, arch: str, out: Path, gpu: str) -> tuple[str, 
                       f"{r['speedup']:.2f}x", f"{r['ideal_us']:.2f}",
                       "yes" if r["identical"] else "NO"] for r in rows]),
              "\n![SWA](swa.png)\n"]
-    artifacts = Path(os.environ.get("DSV4_ARTIFACTS_DIR", Path(__file__).resolve().parents[3]
-                                    / "artifacts"))
     bench = artifacts / "bench-swa.json"
     if bench.is_file():
         steps = json.loads(bench.read_text()).get("per_step", [])

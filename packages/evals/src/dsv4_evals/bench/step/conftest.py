@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import step_bench  # noqa: E402
+from dsv4_evals.bench import paths
+from dsv4_evals.bench.step import bench as step_bench
 
-REPO = HERE.parents[2]
 RESULTS: list[dict[str, Any]] = []
 STATE: dict[str, Any] = {}
 
@@ -35,7 +32,7 @@ def results_path() -> Path:
     explicit = os.environ.get("DSV4_STEP_RESULTS")
     if explicit:
         return Path(explicit)
-    return Path(os.environ.get("DSV4_ARTIFACTS_DIR", REPO / "artifacts")) / "bench-step.json"
+    return paths.artifacts() / "bench-step.json"
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +44,7 @@ def sides() -> Any:
         raise RuntimeError("no CUDA device visible: the vllm-step bench times the per-step "
                            "metadata build on a GPU (the CPU check is tests/test_step_builders.py)")
     torch, vllm = step_bench._imports()
-    import step_harness as h
+    from dsv4_evals.bench.step import harness as h
 
     device = torch.device("cuda", torch.cuda.current_device())
     started = time.perf_counter()
@@ -76,7 +73,7 @@ def record():
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not RESULTS:
         return
-    import step_harness as h
+    from dsv4_evals.bench.step import harness as h
 
     failures = step_bench.gate_failures(RESULTS)
     out = results_path()

@@ -14,7 +14,7 @@ into ``.upstream/swa/upstream_swa.py`` at the repository root, a folder git igno
 Nothing from vLLM is committed. :func:`load_kernel` imports it; :func:`launch` calls it
 the way vLLM's wrapper does.
 
-    python packages/kernels/benchmarks/swa_upstream.py [--wheel vllm-0.33.0-...whl]
+    python -m dsv4_evals.bench.swa.upstream [--wheel vllm-0.33.0-...whl]
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-OUT = REPO / ".upstream" / "swa"
+from dsv4_evals.bench import paths
+
+OUT = paths.upstream("swa")
 MODULE = "vllm/v1/attention/backends/mla/sparse_swa.py"
 KERNEL = "_compute_swa_indices_and_lens_kernel"
 VERSION = "0.33.0"
@@ -89,7 +90,7 @@ def load_kernel(out: Path = OUT) -> Any:
         except (OSError, subprocess.CalledProcessError) as exc:
             raise FileNotFoundError(
                 f"{path} is missing and vLLM {VERSION} could not be fetched ({exc}): run "
-                "`python packages/kernels/benchmarks/swa_upstream.py --wheel WHEEL` on a "
+                "`python -m dsv4_evals.bench.swa.upstream --wheel WHEEL` on a "
                 "machine with the wheel, and carry .upstream/ to the GPU machine") from None
     spec = importlib.util.spec_from_file_location("dsv4_upstream_swa", path)
     assert spec is not None and spec.loader is not None

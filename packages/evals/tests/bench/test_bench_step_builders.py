@@ -1,6 +1,6 @@
 """vLLM 0.33.0's own DeepSeek-V4 metadata builders, a whole step, plugin off and on (CPU).
 
-The harness (``benchmarks/step_harness.py``) makes vLLM's KV-cache groups and builders
+The harness (:mod:`dsv4_evals.bench.step.harness`) makes vLLM's KV-cache groups and builders
 for the DeepSeek-V4-Flash layout at tiny sizes and runs vLLM's ``build_attn_metadata``
 over a ladder of decode, prefill, mixed and CUDA-graph-padded steps. vLLM's kernels and
 dsv4's run in Triton's interpreter, so the check runs in a child process: vLLM decides at
@@ -18,13 +18,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 EXPECTED_BUILDERS = {
     "g0:DeepseekSparseSWAFlashMLA:head512": "DeepseekSparseSWAFlashMLAMetadataBuilder",
     "g1:DeepseekSparseSWAFlashMLA:head512": "DeepseekSparseSWAFlashMLAMetadataBuilder",
@@ -39,16 +37,17 @@ EXPECTED_BUILDERS = {
 
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Run ``step_bench.py --cpu-check`` in a child process; its JSON result."""
+    """Run ``python -m dsv4_evals.bench.step.bench --cpu-check`` in a child process; its
+    JSON result."""
     out = tmp_path_factory.mktemp("step") / "cpu-check.json"
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1",
            "VLLM_TARGET_DEVICE": "cpu"}
     proc = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "step_bench.py"), "--cpu-check", "--cpu-profile",
+        [sys.executable, "-m", "dsv4_evals.bench.step.bench", "--cpu-check", "--cpu-profile",
          "--json", str(out), "--seed", str(torch.randint(0, 1 << 30, (1,)).item())],
         env=env, capture_output=True, text=True, timeout=1500)
     if not out.exists():
-        pytest.fail(f"step_bench.py --cpu-check wrote no result (exit {proc.returncode}):\n"
+        pytest.fail(f"dsv4_evals.bench.step.bench --cpu-check wrote no result (exit {proc.returncode}):\n"
                     f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}", pytrace=False)
     data = json.loads(out.read_text())
     data["_exit"] = proc.returncode
@@ -121,8 +120,7 @@ def _meta(gen: torch.Generator) -> _Meta:
 
 
 def test_differences_sees_values_strides_and_structure() -> None:
-    sys.path.insert(0, str(BENCHMARKS))
-    import step_harness as h
+    from dsv4_evals.bench.step import harness as h
 
     gen = torch.Generator().manual_seed(int(torch.randint(0, 1 << 30, (1,))))
     a = _meta(gen)

@@ -1,0 +1,1 @@
+"""C128A top-k metadata: its bench, gates, tuner and report section."""

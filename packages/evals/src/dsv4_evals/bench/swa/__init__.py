@@ -1,0 +1,1 @@
+"""SWA indices and lens: its bench, gates, tuner and report section."""
