@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from _http_scripted_server import ScriptedServer
+from dsv4_evals._patterns import PatternError
 from dsv4_evals.stress.classify import (
     CONNECT_ERROR,
     CONNECTION_DROPPED,
@@ -22,7 +23,7 @@ from dsv4_evals.stress.classify import (
     classify_response,
     tool_call_problem,
 )
-from dsv4_evals.stress.logscan import LOG_PATTERNS, scan_log
+from dsv4_evals.stress.logscan import LOG_PATTERNS, load_log_patterns, scan_log
 from dsv4_evals.stress.payload import PayloadError, load_payload, parse_payload
 from dsv4_evals.stress.runner import StressConfig, run_stress
 from dsv4_evals.stress.store import ResultStore, StoreError, load_results
@@ -179,6 +180,50 @@ PLANTED = {
 
 def test_patterns_are_data_with_names() -> None:
     assert LOG_PATTERNS.names == list(PLANTED)
+    assert LOG_PATTERNS.source == "shipped:stress_log_patterns.toml"
+    assert load_log_patterns() == LOG_PATTERNS
+
+
+def test_the_stress_module_holds_no_pattern_of_its_own() -> None:
+    import dsv4_evals.stress.logscan as logscan
+
+    source = Path(logscan.__file__).read_text()
+    for _, rx in LOG_PATTERNS.patterns:
+        assert rx.pattern not in source
+
+
+def test_a_pattern_file_replaces_the_shipped_one(tmp_path: Path) -> None:
+    rules = tmp_path / "p.toml"
+    rules.write_text('ignore_case = false\n[[pattern]]\nname = "oom"\nregex = "OutOfMemory"\n'
+                     '[[pattern]]\nname = "nccl"\nregex = "NCCL WARN"\n')
+    log = tmp_path / "server.log"
+    log.write_text("torch.OutOfMemoryError\noutofmemory\nNCCL WARN timeout\nCUDA error\n")
+    patterns = load_log_patterns(rules)
+    hits = scan_log(log, patterns)
+    assert patterns.names == ["oom", "nccl"]
+    assert {k: (h.count, h.first) for k, h in hits.items()} == {
+        "oom": (1, ["1: torch.OutOfMemoryError"]), "nccl": (1, ["3: NCCL WARN timeout"])}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[[pattern]]\nname = 'a'\n", "missing key 'regex'"),
+        ("[[pattern]]\nname = 'a'\nregex = '('\n", "invalid regular expression"),
+        ("[[pattern]]\nname = 'a'\nregex = 'x'\n[[pattern]]\nname = 'a'\nregex = 'y'\n",
+         "name 'a' repeated"),
+        ("[[pattern]]\nname = 'a'\nregex = 'x'\nflags = 1\n", "unknown key(s) flags"),
+        ("ignore_case = 1\n[[pattern]]\nname = 'a'\nregex = 'x'\n", "expected true or false"),
+        ("pattern = []\n", "[[pattern]] is empty"),
+        ("not toml [", "not valid TOML"),
+    ],
+)
+def test_bad_pattern_files_are_named(tmp_path: Path, content: str, message: str) -> None:
+    rules = tmp_path / "bad.toml"
+    rules.write_text(content)
+    with pytest.raises(PatternError) as info:
+        load_log_patterns(rules)
+    assert str(rules) in str(info.value) and message in str(info.value)
 
 
 @given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=0, max_value=400))
