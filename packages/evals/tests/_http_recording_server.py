@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from _loopback import LoopbackServer
 
 
-class RecordingServer:
+class RecordingServer(LoopbackServer):
     """``with RecordingServer(status=502) as srv:``; ``srv.requests`` lists "METHOD target".
 
     ``mode``: ``answer`` (``status`` with ``body`` and ``headers``), ``drop`` (close
@@ -38,22 +40,11 @@ class RecordingServer:
         self.requests: list[str] = []
         self.auth: list[str | None] = []
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,),
-                                        daemon=True)
+        super().__init__(self._handler(), poll_s=0.02)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def __enter__(self) -> RecordingServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        return f"http://127.0.0.1:{self.port}"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -13,8 +13,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from _loopback import LoopbackServer
 
 TOOLS = ("get_weather", "search_docs", "run_query")
 
@@ -100,7 +102,7 @@ def response_body(behaviour: str, index: int, model: str) -> dict:
     }
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackServer):
     """Start with ``with ScriptedServer(plan) as srv:``; ``srv.base_url`` ends in /v1."""
 
     def __init__(self, plan: Callable[[int], str], slow_s: float = 2.0) -> None:
@@ -129,22 +131,11 @@ class ScriptedServer:
                     server.paths.append(self.path)
                 server._answer(self, server.plan(index), index, body.get("model", ""))
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def base_url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self) -> ScriptedServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        return f"http://127.0.0.1:{self.port}/v1"
 
     def _answer(self, h: BaseHTTPRequestHandler, behaviour: str, index: int, model: str) -> None:
         if behaviour == "slow":

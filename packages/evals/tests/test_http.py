@@ -20,7 +20,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import dsv4_evals.http as http
@@ -38,6 +37,7 @@ from dsv4_evals.http import (
     timeouts,
 )
 from test_ladder_server import ScriptedServer as StreamServer
+from test_matrix import Envelope
 
 PAYLOAD = Path(__file__).parent / "data" / "stress" / "payload.json"
 FAKE_SERVE = f"{sys.executable} {Path(__file__).with_name('test_ladder_server.py')}"
@@ -45,18 +45,9 @@ PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_pro
               "all_proxy")
 
 
-@dataclass(frozen=True)
-class Envelope:
-    id: str = "sm86-tp8-64k-control"  # the matrix's envelope, small enough to be quick
-    gpu: str = "sm86"
-    tp: int = 8
-    context: int = 4096
-    seqs: int = 1
-    expected_tok_s: float | None = None
-
-
 @pytest.fixture(autouse=True)
 def small_envelope(monkeypatch):
+    """The matrix's envelope id (the ladder measures it too) with a small context."""
     monkeypatch.setattr(ladder, "ENVELOPE_SOURCE", lambda: [Envelope()])
 
 

@@ -22,14 +22,15 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _loopback import LoopbackServer
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackServer):
     def __init__(
         self,
         ttft_s: float = 0.2,
@@ -58,22 +59,11 @@ class ScriptedServer:
         self.max_active = 0
         self.streams: list[dict[str, Any]] = []  # one per finished stream
         self.bodies: list[dict[str, Any]] = []
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
-                                       daemon=True)
+        super().__init__(_handler(self), port, poll_s=0.02)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> ScriptedServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        return f"http://127.0.0.1:{self.port}"
 
     def stream_started(self) -> None:
         with self.lock:

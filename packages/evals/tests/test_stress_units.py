@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -60,10 +61,18 @@ def test_payload_declares_its_tools_and_overrides_apply() -> None:
     ],
 )
 def test_bad_payloads_are_named(tmp_path: Path, content: str, message: str) -> None:
-    path = tmp_path / "payload.json"
+    assert_refused_by_name(tmp_path / "payload.json", content, load_payload, PayloadError,
+                           message)
+
+
+def assert_refused_by_name(
+    path: Path, content: str, load: Callable[[Path], object], error: type[Exception],
+    message: str,
+) -> None:
+    """``load`` refuses ``content`` (written to ``path``) with a message naming both."""
     path.write_text(content)
-    with pytest.raises(PayloadError) as info:
-        load_payload(path)
+    with pytest.raises(error) as info:
+        load(path)
     assert message in str(info.value) and str(path) in str(info.value)
 
 
@@ -219,11 +228,8 @@ def test_a_pattern_file_replaces_the_shipped_one(tmp_path: Path) -> None:
     ],
 )
 def test_bad_pattern_files_are_named(tmp_path: Path, content: str, message: str) -> None:
-    rules = tmp_path / "bad.toml"
-    rules.write_text(content)
-    with pytest.raises(PatternError) as info:
-        load_log_patterns(rules)
-    assert str(rules) in str(info.value) and message in str(info.value)
+    assert_refused_by_name(tmp_path / "bad.toml", content, load_log_patterns, PatternError,
+                           message)
 
 
 @given(st.integers(min_value=0, max_value=2**32), st.integers(min_value=0, max_value=400))
