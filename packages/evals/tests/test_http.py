@@ -218,19 +218,32 @@ def test_stress_timeout_bounds_the_whole_request(tmp_path):
         assert 0.45 <= r["latency_s"] < 1.5
 
 
-def test_ladder_timeout_bounds_the_whole_stream(capsys):
-    sse = b'data: {"choices": [{"text": "a"}]}\n\n' * 4
+LATE = "sequence 0: TimeoutError: no complete response within 0.5 s"
+
+
+@pytest.mark.parametrize("command", ["ladder", "matrix"])
+def test_ladder_and_matrix_timeout_bounds_the_whole_stream(command, capsys):
+    sse = b'data: {"choices": [{"text": "a"}]}\n\n' * 4  # 2.8 s at one byte per 20 ms
+    extra = ["--label", "control"] if command == "matrix" else []
     with _trickle(sse, every=0.02) as slow:
         start = time.monotonic()
-        code = main(["ladder", "--base-url", slow.url, "--model", "m", "--no-calibrate",
-                     "--warmup", "0", "--request-timeout", "0.5", "--json", "--no-progress"])
+        code = main([command, "--base-url", slow.url, *extra, "--model", "m",
+                     "--no-calibrate", "--warmup", "0", "--request-timeout", "0.5", "--json",
+                     "--no-progress"])
         elapsed = time.monotonic() - start
         sent = list(slow.requests)
-    (result,) = json.loads(capsys.readouterr().out)["results"]
-    assert code == 1 and result["verdict"] == "error"
-    assert result["errors"] == ["sequence 0: TimeoutError: no complete response within 0.5 s"]
-    assert elapsed < 2.5
-    assert sent == ["POST /v1/completions"]
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    if command == "ladder":
+        (result,) = doc["results"]
+        assert result["verdict"] == "error" and result["errors"] == [LATE]
+    else:
+        (control,) = doc["variants"]
+        assert control["errors"] == [LATE] * 3
+        assert [m["tok_s"] for m in doc["measurements"]] == [None] * 3
+    runs = 1 if command == "ladder" else 3
+    assert elapsed < 2.5 * runs
+    assert sent == ["POST /v1/completions"] * runs
 
 
 def test_the_readiness_probe_has_its_own_deadline():
