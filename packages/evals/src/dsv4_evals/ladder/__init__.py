@@ -114,7 +114,9 @@ def add_request_arguments(p: argparse.ArgumentParser) -> None:
                      help="do not send ignore_eos (sequences may stop early)")
     req.add_argument("--warmup", type=non_negative_int, default=1, metavar="N",
                      help="short requests sent before measuring (default 1)")
-    req.add_argument("--request-timeout", type=positive_float, default=3600.0, metavar="S")
+    req.add_argument("--request-timeout", type=positive_float, default=3600.0, metavar="S",
+                     help="seconds per request, a stream from sending it to its last chunk "
+                     "(default 3600)")
     req.add_argument("--tolerance", type=tolerance, default=0.10, metavar="T",
                      help="relative band around the expected rate that passes (default 0.10)")
 
