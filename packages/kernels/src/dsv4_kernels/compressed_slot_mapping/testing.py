@@ -124,12 +124,12 @@ def make_step(
     # The compressed position of the last token decides how many blocks a row needs;
     # DCP-local positions are smaller, so the plain bound covers them too.
     blocks = max((s // compress_ratio) // block_size + 1 for s in seq) + 1 if seq else 1
-    physical = torch.randperm(max(num_reqs * blocks, 1) * 4, generator=g)[: max(num_reqs, 1)
-                                                                          * blocks]
-    table = physical.reshape(max(num_reqs, 1), blocks)[:num_reqs].clone()
-    for r, s in enumerate(seq):
-        used = (max(s, 1) // compress_ratio) // block_size + 1
-        table[r, used:] = torch.randint(-(2**30), 2**30, (blocks - used,), generator=g)
+    table = torch.randint(0, 2**30, (num_reqs, blocks), generator=g)
+    # Entries past each request's last block are garbage (negative too) nothing may read.
+    used = torch.tensor([(max(s, 1) // compress_ratio) // block_size + 1 for s in seq],
+                        dtype=torch.long).reshape(num_reqs, 1)
+    past = torch.arange(blocks).reshape(1, blocks) >= used
+    table[past] = torch.randint(-(2**30), 2**30, (int(past.sum()),), generator=g)
     top = 2**30 if int32_slots else 2**40
     slots = torch.randint(0, top, (num_tokens + 5,), generator=g)
     # Rows before the first request belong to none: their slots are never looked at.
@@ -158,7 +158,7 @@ def make_step(
         num_tokens=num_tokens,
         slot_mapping=(slots.to(torch.int32) if int32_slots else slots).to(dev),
         query_start_loc=i32(qsl), seq_lens=i32(seq if seq else [0]),
-        block_table=i32(table).reshape(num_reqs, blocks), block_size=block_size,
+        block_table=i32(table), block_size=block_size,
         compress_ratio=compress_ratio, out=out, dcp_world_size=dcp_world_size,
         cp_interleave=cp_interleave, label=label)
 
