@@ -145,17 +145,29 @@ def combine_topk_swa_kernel(
     topk_row = topk_ptr + rows.to(tl.int64) * topk_stride
     lane = tl.arange(0, COLS_PER_PROGRAM)
     # Whole blocks first: their store mask is the row mask alone, constant along a
-    # row, so the stores can be vectors.
+    # row, so the stores can be vectors. A block inside every live row's top-k (most of
+    # a C4A row) loads with the row mask alone too, so those loads can be vectors; a
+    # block past every row's top-k loads nothing.
+    top_min = tl.min(tl.where(live, topk_len, 2147483647))
+    top_max = tl.max(topk_len)
     full_blocks = out_cols // COLS_PER_PROGRAM
     for block in range(0, full_blocks):
-        cols = block * COLS_PER_PROGRAM + lane
-        c = cols[None, :]
-        in_topk = c < topk_len[:, None]
-        s = c - topk_len[:, None]
-        in_swa = (s >= 0) & (s < swa_count[:, None])
-        picked = tl.load(topk_row[:, None] + c, mask=in_topk, other=0)
-        value = tl.where(in_topk, picked + topk_offset[:, None],
-                         tl.where(in_swa, swa_first[:, None] + s, -1))
+        first = block * COLS_PER_PROGRAM
+        c = (first + lane)[None, :]
+        if first + COLS_PER_PROGRAM <= top_min:
+            picked = tl.load(topk_row[:, None] + c, mask=live[:, None], other=0)
+            value = tl.where(live[:, None], picked + topk_offset[:, None], -1)
+        elif first >= top_max:
+            s = c - topk_len[:, None]
+            in_swa = (s >= 0) & (s < swa_count[:, None])
+            value = tl.where(in_swa, swa_first[:, None] + s, -1)
+        else:
+            in_topk = c < topk_len[:, None]
+            s = c - topk_len[:, None]
+            in_swa = (s >= 0) & (s < swa_count[:, None])
+            picked = tl.load(topk_row[:, None] + c, mask=in_topk, other=0)
+            value = tl.where(in_topk, picked + topk_offset[:, None],
+                             tl.where(in_swa, swa_first[:, None] + s, -1))
         tl.store(out_row[:, None] + c, value, mask=in_view[:, None])
     # The last, partial block of the view, and any column past the view a row's window
     # reaches (vLLM writes those too, at the same addresses; the view is filled only).

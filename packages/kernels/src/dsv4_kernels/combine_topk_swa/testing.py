@@ -20,8 +20,9 @@ tokens into the queries, with ``left``/``right`` each token's distance to its sp
 ends, as vLLM's builder sets them. ``pad_rows`` adds rows past the chunk's last token
 (the top-k and output buffers both longer), ``extra_rows`` output rows past the top-k
 rows, ``row_pad`` output columns past ``combined_topk`` and ``stride_pad`` more row
-stride. Output buffers are fresh allocations filled with :data:`POISON` before each
-launch, so a check sees every cell a launch wrote and every cell it left alone.
+stride (rounded up to a multiple of 4 elements). Output buffers are fresh allocations
+filled with :data:`POISON` before each launch, so a check sees every cell a launch wrote
+and every cell it left alone.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def make_chunk(
     window_size: int = WINDOW,
     index_topk: int = 512,
     max_model_len: int = 65536,
+    c128a_width: int | None = None,
     max_image_tokens: int = 0,
     image_spans: bool | None = None,
     replay: bool = False,
@@ -123,7 +125,8 @@ def make_chunk(
     ``image_spans`` (default: ``max_image_tokens > 0``) passes visibility tensors;
     ``replay`` cuts some gathers short (a replay boundary inside the window);
     ``qsl_tail`` more ``query_start_loc`` entries follow the chunk's (they must not be
-    read).
+    read). ``c128a_width`` sets a C128A chunk's ``topk`` (the active width is the whole
+    batch's, so it may exceed what this chunk's own requests need).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
@@ -144,7 +147,9 @@ def make_chunk(
         compressed_len = -(-max_model_len // 128)
         capacity = -(-compressed_len // 128) * 128
         topk = min(max(next_pow2(max(seqs) // 128), 128), capacity)
-        topk_cols = capacity
+        if c128a_width is not None:
+            topk = c128a_width
+        topk_cols = max(capacity, topk)
     elif kind == "c4a":
         topk = topk_cols = index_topk
     else:
@@ -187,7 +192,9 @@ def make_chunk(
                 lo = span_end + 2
     dev = torch.device(device)
     cols = combined_width(topk, w, max_image_tokens) + row_pad
-    stride = cols + stride_pad
+    # Rows at a 16-byte multiple stride, as vLLM's workspace rows are (the kernel's checks
+    # refuse others; the view's own columns may be any number).
+    stride = -(-(cols + stride_pad) // 4) * 4
     out_rows = rows + extra_rows
     indices = torch.full((out_rows, stride), POISON, dtype=torch.int32, device=dev)
     lens = torch.full((out_rows,), POISON, dtype=torch.int32, device=dev)
