@@ -53,7 +53,8 @@ RUNTIME_ARGS: tuple[str, ...] = (
 )
 CONSTEXPRS: tuple[str, ...] = ("TOKENS_PER_PROGRAM",)
 PAD_ID = -1
-"""The slot id of a token that writes no compressed state (vLLM's ``PAD_ID``)."""
+"""The slot id of a token that writes no compressed state (vLLM's ``PAD_ID``). The kernel
+writes it as the literal -1: a jitted function may read only constexpr globals."""
 
 
 @triton.jit(do_not_specialize=RUNTIME_ARGS)
@@ -85,6 +86,11 @@ def compressed_slot_mapping_kernel(
     guess = tl.maximum(tl.minimum(rows, num_reqs - 1), 0)
     start = tl.load(query_start_loc_ptr + guess, mask=in_batch, other=0)
     end = tl.load(query_start_loc_ptr + guess + 1, mask=in_batch, other=0)
+    # Issued with the guess's loads, not after them: on the common path (the guess is
+    # right) nothing else waits for the request's bounds.
+    seq_len = tl.load(seq_lens_ptr + guess, mask=in_batch, other=0)
+    # A row past slot_mapping's length is never read (vLLM would read past the tensor).
+    slot = tl.load(slot_mapping_ptr + rows, mask=in_batch & (rows < num_slots), other=-1)
     req = guess
     missed = in_batch & ((rows < start) | (rows >= end))
     if tl.max(missed.to(tl.int32), axis=0) > 0:
@@ -103,12 +109,11 @@ def compressed_slot_mapping_kernel(
                          start)
         end = tl.where(missed, tl.load(query_start_loc_ptr + found + 1, mask=missed, other=0),
                        end)
+        seq_len = tl.where(missed, tl.load(seq_lens_ptr + found, mask=missed, other=0),
+                           seq_len)
 
-    # A row past slot_mapping's length is never read (vLLM would read past the tensor).
-    slot = tl.load(slot_mapping_ptr + rows, mask=in_batch & (rows < num_slots), other=PAD_ID)
-    seq_len = tl.load(seq_lens_ptr + req, mask=in_batch, other=0)
     pos = seq_len - (end - start) + (rows - start)
-    is_valid = in_batch & ((pos + 1) % compress_ratio == 0) & (slot != PAD_ID)
+    is_valid = in_batch & ((pos + 1) % compress_ratio == 0) & (slot != -1)
     if dcp_world_size > 1:
         local_pos = (pos // (cp_interleave * dcp_world_size) * cp_interleave
                      + pos % cp_interleave)
@@ -122,7 +127,7 @@ def compressed_slot_mapping_kernel(
     slot_ids = physical.to(tl.int64) * block_size + (compressed - block * block_size)
     # With ``fill`` every row of the buffer is written (vLLM's fill and kernel in one);
     # without, only the batch's rows, as vLLM's kernel alone does.
-    tl.store(out_ptr + rows, tl.where(is_valid, slot_ids, PAD_ID),
+    tl.store(out_ptr + rows, tl.where(is_valid, slot_ids, -1),
              mask=in_buffer & (in_batch | (fill != 0)))
 
 
