@@ -176,6 +176,30 @@ def test_generated_steps(seed: int, tile: tuple[int, int]) -> None:
     check(random_step(seed, max_tokens=300), [tile])
 
 
+def test_a_prepared_tile_launches_like_the_function() -> None:
+    call = make_step(14, decode_contexts=[7, 8, 400], prefill_queries=[(60, 90), (0, 5)],
+                     pad_requests=2, pad_fraction=0.2)
+    want, want_result = call.run(launch.get_compressed_slot_mapping, tokens_per_program=32,
+                                 num_warps=1)
+    prepared = launch.prepare(32, 1)
+    got, result = call.run(prepared)
+    assert_same_buffers(got, want)
+    assert_same_result(result, want_result)
+    # vLLM's positional order, out and the DCP arguments included.
+    fresh = call.fresh()
+    assert fresh.out is not None
+    positional = prepared(*fresh.args(), fresh.out, 1, 1)
+    assert torch.equal(fresh.out, want.out)
+    assert_same_result(positional, want_result)
+    with pytest.raises(ValueError, match=f"^{checks.FN}: tokens_per_program: got 24"):
+        launch.prepare(24, 1)
+    bad = call.fresh()
+    bad.block_size = 0
+    with pytest.raises(ValueError, match="block_size: got 0"):
+        prepared(*bad.args(), **bad.kwargs())
+    assert bad.out is not None and bool((bad.out == POISON).all())
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_kernel_object_call_writes_request_rows_only(seed: int) -> None:
     call = random_step(50 + seed)

@@ -33,7 +33,8 @@ launches call the compiled binary's launcher directly (:mod:`dsv4_kernels._direc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -112,6 +113,32 @@ def get_compressed_slot_mapping(
     None. Invalid arguments raise ``ValueError`` before anything is written.
     """
     check_tile(tokens_per_program, num_warps)
+    return _get(tokens_per_program, num_warps, num_tokens, slot_mapping, query_start_loc,
+                seq_lens, block_table, block_size, compress_ratio, out, dcp_world_size,
+                cp_interleave)
+
+
+Prepared = Callable[..., torch.Tensor]
+
+
+def prepare(tokens_per_program: int, num_warps: int) -> Prepared:
+    """:func:`get_compressed_slot_mapping` with the tile checked once, here.
+
+    Returns ``f(num_tokens, slot_mapping, query_start_loc, seq_lens, block_table,
+    block_size, compress_ratio, out=None, dcp_world_size=1, cp_interleave=1)``, vLLM's
+    own signature: the same checks of the data arguments and the same launch, without
+    re-checking the tile or parsing keywords on every call (a plugin that resolves a
+    tile per step keeps one ``f`` per tile). Raises ``ValueError`` on an invalid tile.
+    """
+    check_tile(tokens_per_program, num_warps)
+    return functools.partial(_get, tokens_per_program, num_warps)
+
+
+def _get(tokens_per_program: int, num_warps: int, num_tokens: int, slot_mapping: torch.Tensor,
+         query_start_loc: torch.Tensor, seq_lens: torch.Tensor, block_table: torch.Tensor,
+         block_size: int, compress_ratio: int, out: torch.Tensor | None = None,
+         dcp_world_size: int = 1, cp_interleave: int = 1) -> torch.Tensor:
+    """Check the data arguments and launch; the tile is already checked."""
     checked = check_inputs(num_tokens, slot_mapping, query_start_loc, seq_lens, block_table,
                            block_size, compress_ratio, out, dcp_world_size, cp_interleave)
     if out is None:
