@@ -162,8 +162,11 @@ class ScriptedServer(LoopbackServer):
             status, payload = 200, json.dumps({"object": "error", "message": "oops"}).encode()
         else:
             status, payload = 200, json.dumps(response_body(behaviour, index, model)).encode()
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(payload)))
-        h.end_headers()
-        h.wfile.write(payload)
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(payload)))
+            h.end_headers()
+            h.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            h.close_connection = True  # the client gave up first (its deadline or size cap)
