@@ -13,7 +13,8 @@ import random
 import re
 from fractions import Fraction
 
-from dsv4_policy.c128a import Entry, Key, Range, Tile
+from dsv4_policy.kernels.c128a import Entry, Key, Range, Tile
+from dsv4_policy.launch_table import KernelSpec
 from hypothesis import strategies as st
 
 CI = bool(os.environ.get("CI"))
@@ -27,6 +28,18 @@ INT_MAX = 2**63 - 1
 MINIMUM = {"compress_ratio": 1, "max_model_len": 1, "max_seq_len": 0, "num_decode_tokens": 0,
            "num_prefill_tokens": 0, "block_size": 1}
 INT_FIELDS = tuple(MINIMUM)
+
+
+def key_args(spec: KernelSpec, **values: object) -> dict[str, object]:
+    """Keyword arguments for a valid key of ``spec``: its CLI defaults, sm90 for the arch,
+    the field's minimum (at least 1) for other required fields, then ``values``."""
+    base: dict[str, object] = {}
+    for f in spec.schema.fields:
+        default = spec.key_defaults.get(f.name)
+        base[f.name] = default if default is not None else ("sm90" if f.type is str
+                                                            else max(f.minimum, 1))
+    base.update(values)
+    return base
 
 
 # --------------------------------------------------------------------------- oracles

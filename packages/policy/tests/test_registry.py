@@ -5,10 +5,15 @@ entry's tile, warm-up covers it, and a bad table is refused naming entry and fie
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import pkgutil
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from dsv4_policy import kernels, registry
 from dsv4_policy import table as generic
 from dsv4_policy.cli import main
 from dsv4_policy.conditions import Range
@@ -19,19 +24,10 @@ from dsv4_policy.table import Entry, TableError
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from policy_strategies import ARCHS, HEAVY_EXAMPLES, PROPERTY_EXAMPLES, oracle_match
+from policy_strategies import key_args as _filled
 
 SPECS = list(KERNELS.values())
 POOL = (0, 1, 2, 3, 7, 64, 127, 128, 129, 256, 640, 1024, 4096, 65536, 1 << 20)
-
-
-def _filled(spec: KernelSpec, **values: object) -> dict[str, object]:
-    base: dict[str, object] = {}
-    for f in spec.schema.fields:
-        default = spec.key_defaults.get(f.name)
-        base[f.name] = default if default is not None else ("sm90" if f.type is str
-                                                            else max(f.minimum, 1))
-    base.update(values)
-    return base
 
 
 def _valid_values(spec: KernelSpec, name: str) -> list[int]:
@@ -54,15 +50,29 @@ def keys(spec: KernelSpec) -> st.SearchStrategy[object]:
     fields = {f.name: (st.sampled_from(ARCHS) if f.type is str
                        else st.sampled_from(VALUES[spec.name][f.name]))
               for f in spec.schema.fields}
-    return st.fixed_dictionaries(fields).map(lambda d: spec.key_type(**d))
+
+    def build(values: dict[str, object]) -> object:
+        try:  # a kernel may relate fields (e.g. rows >= tokens): drop the keys it refuses
+            return spec.key_type(**values)
+        except ValueError:
+            return None
+
+    return st.fixed_dictionaries(fields).map(build).filter(lambda k: k is not None)
+
+
+def _around(value: object) -> st.SearchStrategy[object]:
+    """Tile values near the baseline's: powers of two from 1/16x to 16x, or either bool."""
+    if type(value) is bool:
+        return st.booleans()
+    if type(value) is int:
+        return st.sampled_from(sorted({value << k for k in range(5)}
+                                      | {value >> k for k in range(1, 5)} - {0}))
+    return st.just(value)
 
 
 def tiles(spec: KernelSpec) -> st.SearchStrategy[object]:
     names_ = spec.schema.config_to_toml(spec.baseline_tile)  # type: ignore[misc]
-    choices = {"tokens_per_program": st.sampled_from([1, 2, 4, 8, 16]),
-               "cols_per_program": st.sampled_from([128, 256, 512, 1024, 2048]),
-               "num_warps": st.sampled_from([1, 2, 4, 8]),
-               "split_width": st.booleans()}
+    choices = {name: _around(getattr(spec.baseline_tile, name)) for name in names_}
 
     def build(values: dict[str, object]) -> object:
         try:
@@ -151,8 +161,10 @@ def test_the_shipped_table_falls_back_unchanged(spec: KernelSpec, data: st.DataO
 def test_the_baseline_tile_is_vllms_own_launch(spec: KernelSpec) -> None:
     key = spec.key_type(**_filled(spec))
     launch = spec.baseline(key)
-    # vLLM 0.33.0 launches both kernels with one token per program, 1024 lanes, 4 warps.
-    assert (launch.tokens_per_program, launch.cols_per_program, launch.num_warps) == (1, 1024, 4)
+    # Each kernel's own tests pin its baseline tile to vLLM 0.33.0's launch; here, the
+    # baseline launch carries exactly that tile.
+    for name, value in dataclasses.asdict(spec.baseline_tile).items():
+        assert getattr(launch, name) == value, name
     assert launch.source == "baseline"
     assert spec.shipped_table().source.endswith(spec.table_file)
 
@@ -282,5 +294,45 @@ def test_check_detects_every_registered_kernels_table(capsys: pytest.CaptureFixt
 
 def test_the_registry_refuses_unknown_names() -> None:
     assert get("swa") is KERNELS["swa"]
-    with pytest.raises(ValueError, match="registered: c128a, swa"):
+    with pytest.raises(ValueError, match="registered: " + ", ".join(names())):
         get("c4a")
+
+
+# --------------------------------------------------------------------------- discovery
+def _package(tmp_path: Path, name: str, modules: dict[str, str]) -> ModuleType:
+    """A throwaway package ``name`` under ``tmp_path`` holding ``modules`` (name -> source)."""
+    root = tmp_path / name
+    root.mkdir()
+    (root / "__init__.py").write_text("")
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(source)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+def test_every_module_of_the_kernels_package_is_registered_c128a_first() -> None:
+    found = [m.name for m in pkgutil.iter_modules(kernels.__path__) if not m.name.startswith("_")]
+    assert sorted(names()) == sorted(found)
+    assert names()[0] == "c128a" and list(names()[1:]) == sorted(names()[1:])
+    for name, spec in KERNELS.items():
+        assert importlib.import_module(f"dsv4_policy.kernels.{name}").KERNEL is spec
+
+
+def test_a_module_without_its_kernel_spec_is_an_error_naming_it(tmp_path: Path) -> None:
+    spec_source = ("from dsv4_policy.kernels.c128a import KERNEL as _C\n"
+                   "import dataclasses\nKERNEL = dataclasses.replace(_C, name={!r})\n")
+    package = _package(tmp_path, "fake_kernels_a", {
+        "zeta": spec_source.format("zeta"), "alpha": spec_source.format("alpha"),
+        "c128a": spec_source.format("c128a"), "_helpers": "X = 1\n"})
+    assert list(registry.discover(package)) == ["c128a", "alpha", "zeta"]
+    broken = _package(tmp_path, "fake_kernels_b", {"half_done": "KERNEL = None\n"})
+    with pytest.raises(registry.RegistryError,
+                       match=r"fake_kernels_b\.half_done .*does not define KERNEL = KernelSpec"):
+        registry.discover(broken)
+    misnamed = _package(tmp_path, "fake_kernels_c", {"one": spec_source.format("two")})
+    with pytest.raises(registry.RegistryError,
+                       match=r"fake_kernels_c\.one: KERNEL\.name is 'two'; it must be"):
+        registry.discover(misnamed)

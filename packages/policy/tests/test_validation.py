@@ -6,9 +6,10 @@ import itertools
 from pathlib import Path
 
 import pytest
-from dsv4_policy import c128a, serve
-from dsv4_policy.c128a import Entry, Key, Range, TableError, Tile, make_table
+from dsv4_policy import serve
 from dsv4_policy.detect import load_any
+from dsv4_policy.kernels import c128a
+from dsv4_policy.kernels.c128a import Entry, Key, Range, TableError, Tile, make_table
 from dsv4_policy.table import Problem, resolve
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -3,6 +3,12 @@
 Every kernel in :mod:`dsv4_policy.registry` gets a ``dsv4-policy <kernel>`` command
 with one flag per key field; ``keys --kernel <name>`` and ``check`` cover them all.
 
+Every subcommand names the GPU architecture ``--arch`` (``serve`` still takes its old
+``--gpu``, with a warning). An arch that no entry of the table names still resolves to
+the baseline, as every miss does; the command says so in one line on stderr (and in
+the ``arch_note`` field of ``--json``), naming the arches the table knows, since that is
+usually a GPU nobody has tuned for yet.
+
 Exit codes: 0 success; 1 when ``check`` finds a problem or ``serve`` reports a rule
 violation; 2 for usage errors (bad flags or values, an unreadable or invalid
 ``--table``).
@@ -17,6 +23,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, fields
+from typing import Any
 
 from dsv4_policy import __version__, serve
 from dsv4_policy.detect import load_any
@@ -28,6 +35,56 @@ from dsv4_policy.text import aligned
 
 class UsageError(Exception):
     """Bad input from the command line: reported with exit status 2."""
+
+
+ARCH_HELP = "GPU architecture (SM name), e.g. sm90"
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: stores into the new flag's ``dest`` and warns once."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, replacement: str,
+                 **kwargs: Any) -> None:
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: warning: {option_string} is deprecated; use "
+              f"{self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def known_arches(table: Table[Any], field: str = "arch") -> tuple[tuple[str, ...], bool]:
+    """The arches ``table``'s entries name, sorted, and whether some entry takes any arch."""
+    named: set[str] = set()
+    anywhere = False
+    for e in table.entries:
+        cond = e.match.get(field)
+        if cond is None:
+            anywhere = True
+        else:
+            named.update(cond)  # type: ignore[arg-type]
+    return tuple(sorted(named)), anywhere
+
+
+def arch_note(arch: str, table: Table[Any], kind: str, outcome: str,
+              field: str = "arch") -> str | None:
+    """One line when no entry of ``table`` can match ``arch`` (None otherwise).
+
+    Such a key is a plain miss, so the result is still the baseline; the line names
+    the arches the table does know, and ``outcome`` says what the miss means here.
+    """
+    named, anywhere = known_arches(table, field)
+    if anywhere or arch in named:
+        return None
+    knows = ", ".join(named) if named else "none: it has no entries"
+    return f"note: the {kind} table has no entry for {arch} (it knows {knows}); {outcome}"
+
+
+def _note(line: str | None) -> None:
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         for f in spec.schema.fields:
             default = spec.key_defaults.get(f.name)
             flag = "--" + f.name.replace("_", "-")
-            text = spec.key_help.get(f.name, "SM architecture, e.g. sm90" if f.type is str
+            text = spec.key_help.get(f.name, ARCH_HELP if f.type is str
                                      else (f"default: {default}" if default is not None
                                            else None))
             p.add_argument(flag, dest=f.name, type=f.type, required=default is None,
@@ -62,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
                                                for k in KERNELS.values()))
     p.add_argument("--kernel", choices=tuple(KERNELS), default=next(iter(KERNELS)),
                    help=f"which kernel (default: {next(iter(KERNELS))})")
-    p.add_argument("--arch", required=True, help="SM architecture, e.g. sm90")
+    p.add_argument("--arch", required=True, help=ARCH_HELP)
     seen: set[str] = set()
     for spec in KERNELS.values():
         for d in spec.deployment:
@@ -78,7 +135,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Print the launch manifest for a serving shape. Extra `vllm serve` "
                     "arguments go after `--`. Exits 1 when a rule is violated.",
     )
-    p.add_argument("--gpu", required=True, help="SM architecture, e.g. sm86")
+    p.add_argument("--arch", help=ARCH_HELP.replace("sm90", "sm86") + " (required)")
+    p.add_argument("--gpu", dest="arch", action=_DeprecatedAlias, replacement="--arch",
+                   help="deprecated spelling of --arch")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
     p.add_argument("--context", type=int, required=True, help="context length (max model len)")
     p.add_argument("--seqs", type=int, required=True, help="concurrent sequences")
@@ -94,9 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _kernel_table(spec: KernelSpec, path: str | None) -> Table[object] | None:
+def _kernel_table(spec: KernelSpec, path: str | None) -> Table[object]:
     if path is None:
-        return None
+        return spec.shipped_table()
     try:
         return spec.load_table(path)
     except TableError as exc:
@@ -104,9 +163,9 @@ def _kernel_table(spec: KernelSpec, path: str | None) -> Table[object] | None:
         raise UsageError(f"--table {path}: invalid {label} table:\n{exc}") from None
 
 
-def _serve_table(path: str | None) -> serve.Table | None:
+def _serve_table(path: str | None) -> serve.Table:
     if path is None:
-        return None
+        return serve.shipped_table()
     try:
         return serve.load_table(path)
     except TableError as exc:
@@ -117,6 +176,12 @@ def _print_json(data: object) -> None:
     print(json.dumps(data, indent=2))
 
 
+def _arch_fields(table: Table[Any], note: str | None, field: str = "arch") -> dict[str, object]:
+    """``--json``'s view of :func:`arch_note`: the arches the table knows and the note."""
+    named, anywhere = known_arches(table, field)
+    return {"known_arches": list(named) + (["any"] if anywhere else []), "arch_note": note}
+
+
 def _cmd_kernel(spec: KernelSpec, args: argparse.Namespace) -> int:
     table = _kernel_table(spec, args.table)
     try:
@@ -125,10 +190,12 @@ def _cmd_kernel(spec: KernelSpec, args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     launch = spec.resolve(key, table)
     extra = spec.describe(key)
+    note = arch_note(key.arch, table, spec.name, "the launch is the baseline")
     if args.json:
         _print_json({"key": asdict(key), **dict(extra), "launch": asdict(launch),
-                     "compile_key": list(launch.compile_key())})
+                     "compile_key": list(launch.compile_key()), **_arch_fields(table, note)})
         return 0
+    _note(note)
     rows = [(f"key.{f.name}", getattr(key, f.name)) for f in fields(key)]
     rows += extra
     rows += [(f.name, getattr(launch, f.name)) for f in fields(launch)]
@@ -159,10 +226,13 @@ def _cmd_keys(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     ordered = sorted(found.items())
     names = spec.compile_key_fields
+    note = arch_note(args.arch, table, spec.name, "only the baseline's compile keys apply")
     if args.json:
         _print_json({"kernel": spec.name, "arch": args.arch, **deployment, "compile_keys": [
-            {**dict(zip(names, k, strict=True)), "sources": list(src)} for k, src in ordered]})
+            {**dict(zip(names, k, strict=True)), "sources": list(src)} for k, src in ordered],
+            **_arch_fields(table, note)})
         return 0
+    _note(note)
     rows = []
     for k, src in ordered:
         entries = sum(1 for s in src if s != "baseline")
@@ -184,15 +254,20 @@ def _user_env(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _cmd_serve(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    if args.arch is None:
+        raise UsageError("the following arguments are required: --arch")
     table = _serve_table(args.table)
     try:
-        key = serve.ServeKey(args.gpu, args.tp, args.context, args.seqs)
+        key = serve.ServeKey(args.arch, args.tp, args.context, args.seqs)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     manifest = serve.plan(key, extra, _user_env(args.env), table)
+    note = arch_note(key.gpu, table, "serve", "your arguments pass through unchanged", "gpu")
     if args.json:
-        _print_json({"key": asdict(key), **manifest.to_json()})
+        _print_json({"key": asdict(key), **manifest.to_json(),
+                     **_arch_fields(table, note, "gpu")})
         return 1 if manifest.violations else 0
+    _note(note)
     rate = "-" if manifest.expected_tok_s is None else f"{manifest.expected_tok_s:g} tok/s"
     print(aligned(None, [
         ("source", manifest.source),

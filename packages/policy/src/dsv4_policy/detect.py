@@ -5,9 +5,9 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from dsv4_policy import serve_table
 from dsv4_policy.launch_table import KernelSpec
 from dsv4_policy.registry import KERNELS
+from dsv4_policy.serve import table as serve_table
 from dsv4_policy.table import Problem, Schema, Table, TableError, loads
 
 SERVE_ONLY = ("launch", "rule")

@@ -9,16 +9,19 @@ on which kernel it is lives here, once:
   each kernel schema's ``check_entry`` hook, so a new rule here applies to every
   registered kernel at once);
 - the hot-path index (:class:`Split` trees of integer boxes, per arch);
+- a flat tile as table data (:func:`tile_schema`: parsing ``[entry.launch]``, its
+  errors, writing it back, building the index);
 - rendering entries back to TOML, and reading and writing a kernel's tables
   (:class:`TableFiles`);
 - :class:`KernelSpec`, what a kernel hands to :mod:`dsv4_policy.registry`.
 
-A kernel module then only states its key fields, its tile, its baseline and its
-geometry.
+A kernel module (``dsv4_policy/kernels/<name>.py``) then only states its key fields,
+its tile, its baseline, its resolver and its compile keys.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from dsv4_policy import toml_out
-from dsv4_policy.arch import arch_major
+from dsv4_policy.arch import ARCH_ACCEPTED, ARCH_PATTERN, arch_major
 from dsv4_policy.conditions import INT_MAX, Condition, Range, expand
 from dsv4_policy.table import SCHEMA_VERSION, Entry, KeyField, Schema, Table, load, loads, what
 
@@ -40,6 +43,9 @@ MAX_BOXES = 1024
 """An entry's sets may expand to at most this many (value-run) boxes in the fast index."""
 LEAF_SIZE = 3
 MAX_DEPTH = 4
+
+ARCH_FIELD = KeyField("arch", str, pattern=ARCH_PATTERN, accepted=ARCH_ACCEPTED)
+"""Every launch key's first field: the GPU's SM architecture name."""
 
 
 # --------------------------------------------------------------------------- keys
@@ -367,6 +373,99 @@ class TableFiles:
         that the loader would refuse."""
         return render(self.make_table(entries, source="<render_table>"), header_comment)
 
+    def spec_fields(self) -> dict[str, Any]:
+        """The :class:`KernelSpec` fields these files answer: ``KernelSpec(**files.spec_fields(),
+        name=..., ...)`` states a kernel's table once."""
+        return {"schema": self.schema, "table_file": self.shipped,
+                "shipped_table": self.shipped_table, "load_table": self.load_table,
+                "loads_table": self.loads_table, "make_table": self.make_table,
+                "render_table": self.render_table}
+
+
+# --------------------------------------------------------------------------- tiles as table data
+@dataclass(frozen=True)
+class Index:
+    """Entries laid out for the hot path: per arch, a :class:`Split` tree over the boxes.
+
+    Each box is ``(lo, hi)`` pairs for the kernel's integer key fields, flattened,
+    followed by its hit (whatever the kernel's ``hit`` function made of the entry).
+    Each kernel subclasses it, so that its ``resolve`` tells its own tables from
+    another kernel's by one type check.
+    """
+
+    by_arch: Mapping[str, object]
+    other: object
+
+
+def candidates(index: Index, key: Any) -> tuple:
+    """The boxes of ``index`` that can match ``key``: its arch's tree (or the one for every
+    other arch), walked down by one ``bisect`` per level. Each kernel's ``resolve`` then
+    checks these few boxes field by field."""
+    boxes = index.by_arch.get(key.arch, index.other)
+    while type(boxes) is Split:
+        boxes = boxes.children[bisect_right(boxes.cuts, getattr(key, boxes.name)) - 1]
+    return boxes  # type: ignore[return-value]
+
+
+def index_of(table: object, index_type: type[Index], label: str) -> Index:
+    """``table``'s compiled index, or TypeError when it is not a ``label`` launch table."""
+    index = getattr(table, "compiled", None)
+    if type(index) is not index_type:
+        raise TypeError(f"expected {label} launch table, got {table!r}")
+    return index
+
+
+def refuse_tile(found: list[tuple[str, str]]) -> None:
+    """Raise ValueError listing every problem of a tile built in code (none: return)."""
+    if found:
+        raise ValueError("invalid Tile: " + "; ".join(message for _, message in found))
+
+
+def tile_schema(
+    name: str, fields: tuple[KeyField, ...], *, tile_type: type, tile_fields: tuple[str, ...],
+    tile_problems: Callable[..., list[tuple[str, str]]], index_type: type[Index],
+    hit: Callable[[Entry[Any]], tuple], unknown_hint: Callable[[str], str] = lambda field: "",
+) -> Schema[Any]:
+    """The :func:`kernel_schema` of a kernel whose ``[entry.launch]`` is a flat tile.
+
+    ``tile_fields`` are the tile's TOML keys, in ``tile_type``'s argument order;
+    ``tile_problems(*values)`` checks them; ``hit(entry)`` is what a box of the index
+    carries, and ``unknown_hint(field)`` what an unknown launch field's message adds.
+    """
+    int_fields = tuple(f for f in fields if f.type is int)
+    given = (", ".join(tile_fields[:-1]) + " and " + tile_fields[-1] if len(tile_fields) > 1
+             else tile_fields[0])
+
+    def parse(raw: Mapping[str, object], report: Callable[[str, str], None]) -> Any:
+        extra = [k for k in raw if k not in tile_fields]
+        for field in extra:
+            report(field, f"unknown field {field!r}; accepted: {', '.join(tile_fields)}"
+                          f"{unknown_hint(field)}")
+        missing = [k for k in tile_fields if k not in raw]
+        for field in missing:
+            report(field, f"missing; a launch gives {given}")
+        if extra or missing:
+            return None
+        found = tile_problems(*(raw[k] for k in tile_fields))
+        for field, message in found:
+            report(field, message)
+        return None if found else tile_type(*(raw[k] for k in tile_fields))
+
+    def check(config: object) -> list[tuple[str, str]]:
+        if not isinstance(config, tile_type):
+            return [("tile", f"a {name} entry's config must be a {name} Tile; "
+                             f"got {what(config)}")]
+        return []
+
+    def to_toml(tile: Any) -> dict[str, object]:
+        return {field: getattr(tile, field) for field in tile_fields}
+
+    def compile_index(entries: tuple[Entry[Any], ...], header: object) -> Index:
+        return index_type(*arch_trees(entries, int_fields, hit))
+
+    return kernel_schema(name, fields, parse_config=parse, check_config=check,
+                         config_to_toml=to_toml, compile=compile_index)
+
 
 # --------------------------------------------------------------------------- registration
 @dataclass(frozen=True)
@@ -422,8 +521,9 @@ class KernelSpec:
 
 
 __all__ = [
-    "LEAF_SIZE", "MAX_BOXES", "MAX_DEPTH", "MAX_ELEMENTS_PER_THREAD", "WARPS", "DeploymentParam",
-    "KernelSpec", "Split", "arch_trees", "box_count", "boxes", "condition_toml",
-    "elements_problem", "entry_problems", "kernel_schema", "load_shipped", "power_of_two_problem",
-    "render", "runs", "split", "warps_problem",
+    "ARCH_FIELD", "LEAF_SIZE", "MAX_BOXES", "MAX_DEPTH", "MAX_ELEMENTS_PER_THREAD", "WARPS",
+    "DeploymentParam", "Index", "KernelSpec", "Split", "TableFiles", "arch_trees", "box_count",
+    "boxes", "candidates", "condition_toml", "elements_problem", "entry_problems", "index_of",
+    "kernel_schema", "load_shipped", "power_of_two_problem", "refuse_tile", "render", "runs",
+    "split", "tile_schema", "warps_problem",
 ]

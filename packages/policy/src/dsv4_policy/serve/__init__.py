@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dsv4_policy.arch import arch_major
-from dsv4_policy.argv import scan
-from dsv4_policy.serve_table import (
+from dsv4_policy.serve.argv import scan
+from dsv4_policy.serve.table import (
     SCHEMA,
     Envelope,
     Header,

@@ -14,37 +14,106 @@ given step (:class:`Key`):
   server can compile them all at start-up instead of mid-serving.
 
 ``resolve`` runs on every model step, so it avoids allocation beyond the returned
-:class:`Launch` and indexes the table by arch ahead of time.
+:class:`Launch` and indexes the table by arch ahead of time. The shipped table is
+``dsv4_policy/tables/c128a.toml``; an entry there chooses only a :class:`Tile`.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right as _bisect
 from dataclasses import dataclass
 
 from dsv4_policy import launch_table
 from dsv4_policy.arch import _MAJOR, arch_major
-from dsv4_policy.c128a_table import (
-    BASELINE_TILE,
-    FIELDS,
-    SCHEMA,
-    SHIPPED,
-    CompileKey,
-    Index,
-    Split,
-    Tile,
-    load_table,
-    loads_table,
-    make_table,
-    render_table,
-    shipped_table,
-)
 from dsv4_policy.conditions import INT_MAX, Range, contains
-from dsv4_policy.launch_table import DeploymentParam, KernelSpec
-from dsv4_policy.table import Entry, Table, TableError
+from dsv4_policy.launch_table import DeploymentParam, KernelSpec, tile_shape_problems
+from dsv4_policy.launch_table import candidates as _candidates
+from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
+
+CompileKey = tuple[int, int, int]
+"""(tokens_per_program, cols_per_program, num_warps): what selects one binary."""
+TILE_FIELDS = ("tokens_per_program", "cols_per_program", "num_warps", "split_width")
+
+
+def tile_problems(
+    tokens_per_program: object, cols_per_program: object, num_warps: object, split_width: object,
+) -> list[tuple[str, str]]:
+    """``(field, message)`` for every invalid tile field; empty when the tile is valid."""
+    found = tile_shape_problems(tokens_per_program, cols_per_program, num_warps,
+                                min_cols=128, max_cols=8192)
+    if type(split_width) is not bool:
+        found.append(("split_width", f"split_width must be a boolean (true or false); "
+                                     f"got {what(split_width)}"))
+    return found
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The kernel tile an entry chooses; together with nothing else, it selects a binary.
+
+    An entry may only choose the tile: the width, the capacity row stride and the
+    decode view width always follow the baseline formula, so no table can ever change
+    the row stride that CUDA graphs captured. ``split_width`` False means one program
+    walks a row's whole width (as the baseline does); True lets several programs share
+    one row's columns.
+    """
+
+    tokens_per_program: int
+    cols_per_program: int
+    num_warps: int
+    split_width: bool = False
+
+    def __post_init__(self) -> None:
+        launch_table.refuse_tile(tile_problems(self.tokens_per_program, self.cols_per_program,
+                                               self.num_warps, self.split_width))
+
+    def compile_key(self) -> CompileKey:
+        """The (tokens_per_program, cols_per_program, num_warps) that selects one binary."""
+        return (self.tokens_per_program, self.cols_per_program, self.num_warps)
+
+
+BASELINE_TILE = Tile(1, 1024, 4, False)
+"""vLLM 0.33.0's launch: one token per program, 1024 lanes, 4 warps, no width split."""
+
+FIELDS = (
+    launch_table.ARCH_FIELD,
+    KeyField("compress_ratio", int, minimum=1),
+    KeyField("max_model_len", int, minimum=1),
+    KeyField("max_seq_len", int, minimum=0),
+    KeyField("num_decode_tokens", int, minimum=0),
+    KeyField("num_prefill_tokens", int, minimum=0),
+    KeyField("block_size", int, minimum=1),
+)
+INT_FIELDS = tuple(f for f in FIELDS if f.type is int)
+
+_GEOMETRY = ("width", "row_stride", "decode_view_width")
+_GEOMETRY_HINT = (" (an entry sets only tile fields; width, row_stride and decode_view_width "
+                  "always follow the baseline formula, so the row stride stays the capacity)")
+
+
+class Index(launch_table.Index):
+    """The C128A table's index. A box's hit is ``(tile fields..., source, launch cache)``."""
+
+
+def _hit(e: Entry[Tile]) -> tuple:
+    t = e.config
+    return (t.tokens_per_program, t.cols_per_program, t.num_warps, t.split_width,
+            f"table:{e.id}", {})
+
+
+SCHEMA: Schema[Tile] = launch_table.tile_schema(
+    "c128a", FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
+    index_type=Index, hit=_hit,
+    unknown_hint=lambda field: _GEOMETRY_HINT if field in _GEOMETRY else "",
+)
+FILES = launch_table.TableFiles(SCHEMA, "tables/c128a.toml")
+SHIPPED = FILES.shipped
+make_table = FILES.make_table
+load_table = FILES.load_table
+loads_table = FILES.loads_table
+shipped_table = FILES.shipped_table
+render_table = FILES.render_table
 
 _set = object.__setattr__
-_new = object.__new__
 
 
 @dataclass(frozen=True, init=False)
@@ -178,10 +247,7 @@ def baseline(key: Key) -> Launch:
 
 
 def _index(table: Table[Tile]) -> Index:
-    index = getattr(table, "compiled", None)
-    if type(index) is not Index:
-        raise TypeError(f"expected a C128A launch table, got {table!r}")
-    return index
+    return launch_table.index_of(table, Index, "a C128A")  # type: ignore[return-value]
 
 
 def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
@@ -195,9 +261,7 @@ def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
     index = getattr(shipped_table() if table is None else table, "compiled", None)
     if type(index) is not Index:
         _index(table)  # type: ignore[arg-type]
-    boxes = index.by_arch.get(key.arch, index.other)
-    while type(boxes) is Split:
-        boxes = boxes.children[_bisect(boxes.cuts, getattr(key, boxes.name)) - 1]
+    boxes = _candidates(index, key)
     if boxes:
         cr = key.compress_ratio
         mml = key.max_model_len
@@ -247,19 +311,13 @@ def compile_keys(table: Table[Tile] | None, arch: str, max_model_len: int) -> fr
 KERNEL = KernelSpec(
     name="c128a",
     summary="C128A top-k metadata (vLLM 0.33.0 build_c128a_topk_metadata)",
-    schema=SCHEMA,
+    **FILES.spec_fields(),
     key_type=Key,
     launch_type=Launch,
     tile_type=Tile,
     baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    table_file=SHIPPED,
-    shipped_table=shipped_table,
-    load_table=load_table,
-    loads_table=loads_table,
-    make_table=make_table,
-    render_table=render_table,
     compile_key_fields=("tokens_per_program", "cols_per_program", "num_warps"),
     compile_key_sources=compile_key_sources,
     deployment=(DeploymentParam("max_model_len", "the deployment's max model length", 1),),
@@ -276,8 +334,8 @@ KERNEL = KernelSpec(
 """C128A's entry in :mod:`dsv4_policy.registry`."""
 
 __all__ = [
-    "BASELINE_TILE", "KERNEL", "SCHEMA", "CompileKey", "Entry", "Key", "Launch", "Range", "Table",
-    "TableError", "Tile", "active_width", "baseline", "capacity", "compile_key_sources",
-    "compile_keys", "load_table", "loads_table", "make_table", "render_table", "resolve",
-    "shipped_table",
+    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "KERNEL", "SCHEMA", "SHIPPED", "CompileKey", "Entry",
+    "Index", "Key", "Launch", "Range", "Table", "TableError", "Tile", "active_width", "baseline",
+    "capacity", "compile_key_sources", "compile_keys", "load_table", "loads_table", "make_table",
+    "render_table", "resolve", "shipped_table", "tile_problems",
 ]

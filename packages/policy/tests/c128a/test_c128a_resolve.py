@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 from dsv4_policy import table as generic
-from dsv4_policy.c128a import (
+from dsv4_policy.kernels.c128a import (
     Entry,
     Key,
     Launch,

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from dsv4_policy.arch import ARCH_ACCEPTED, ARCH_PATTERN
-from dsv4_policy.argv import Occurrence, canonical, is_flag, scan
+from dsv4_policy.serve.argv import Occurrence, canonical, is_flag, scan
 from dsv4_policy.table import (
     ID_ACCEPTED,
     ID_PATTERN,

@@ -13,33 +13,63 @@ This module decides how the kernel is launched for one call (:class:`Key`):
   compiles them all at start-up instead of mid-serving.
 
 Nothing here changes what is written: the window, ``index_width`` and the buffer's row
-stride always come from the call.
+stride always come from the call. The shipped table is ``dsv4_policy/tables/swa.toml``.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right as _bisect
 from dataclasses import dataclass
 
 from dsv4_policy import launch_table
 from dsv4_policy.arch import _MAJOR, arch_major
 from dsv4_policy.conditions import INT_MAX, Range, contains
-from dsv4_policy.launch_table import DeploymentParam, KernelSpec, Split
-from dsv4_policy.swa_table import (
-    BASELINE_TILE,
-    FIELDS,
-    SCHEMA,
-    SHIPPED,
-    CompileKey,
-    Index,
-    Tile,
-    load_table,
-    loads_table,
-    make_table,
-    render_table,
-    shipped_table,
+from dsv4_policy.launch_table import DeploymentParam, KernelSpec, tile_shape_problems
+from dsv4_policy.launch_table import candidates as _candidates
+from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
+
+CompileKey = tuple[int, int, int, int]
+"""(tokens_per_program, cols_per_program, num_warps, has_image): what selects one binary."""
+TILE_FIELDS = ("tokens_per_program", "cols_per_program", "num_warps")
+MIN_COLS = 16
+MAX_COLS = 8192
+
+
+def tile_problems(
+    tokens_per_program: object, cols_per_program: object, num_warps: object,
+) -> list[tuple[str, str]]:
+    """``(field, message)`` for every invalid tile field; empty when the tile is valid."""
+    return tile_shape_problems(tokens_per_program, cols_per_program, num_warps,
+                               min_cols=MIN_COLS, max_cols=MAX_COLS)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The tile an entry chooses: a ``tokens_per_program x cols_per_program`` block of
+    output per step of a program's loop over the row, on ``num_warps`` warps. What the
+    kernel writes (the window, the row stride, ``index_width``) always comes from the
+    call itself, so no table can change an output."""
+
+    tokens_per_program: int
+    cols_per_program: int
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        launch_table.refuse_tile(tile_problems(self.tokens_per_program, self.cols_per_program,
+                                               self.num_warps))
+
+
+BASELINE_TILE = Tile(1, 1024, 4)
+"""vLLM 0.33.0's launch: one token per program, 1024 lanes, 4 warps."""
+
+FIELDS = (
+    launch_table.ARCH_FIELD,
+    KeyField("window_size", int, minimum=1),
+    KeyField("index_width", int, minimum=1),
+    KeyField("block_size", int, minimum=1),
+    KeyField("has_image", int, minimum=0),
+    KeyField("num_tokens", int, minimum=0),
 )
-from dsv4_policy.table import Entry, Table, TableError, what
+INT_FIELDS = tuple(f for f in FIELDS if f.type is int)
 
 _set = object.__setattr__
 
@@ -109,6 +139,32 @@ _BASELINE = tuple(Launch(*BASELINE_TILE.__dict__.values(), image, "baseline")
                   for image in (False, True))
 
 
+class Index(launch_table.Index):
+    """The SWA table's index. A box's hit is the entry's two launches, without and with
+    ``has_image``, so a hit costs one tuple index."""
+
+
+def _hit(e: Entry[Tile]) -> tuple:
+    t = e.config
+    return tuple(Launch(t.tokens_per_program, t.cols_per_program, t.num_warps, image,
+                        f"table:{e.id}") for image in (False, True))
+
+
+SCHEMA: Schema[Tile] = launch_table.tile_schema(
+    "swa", FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
+    index_type=Index, hit=_hit,
+    unknown_hint=lambda field: " (an SWA entry sets only its tile; the window and row stride "
+                               "come from the call)",
+)
+FILES = launch_table.TableFiles(SCHEMA, "tables/swa.toml")
+SHIPPED = FILES.shipped
+make_table = FILES.make_table
+load_table = FILES.load_table
+loads_table = FILES.loads_table
+shipped_table = FILES.shipped_table
+render_table = FILES.render_table
+
+
 def baseline(key: Key) -> Launch:
     """Exactly vLLM 0.33.0's launch for ``key`` (source ``"baseline"``)."""
     return _BASELINE[key.has_image]
@@ -122,10 +178,8 @@ def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
     """
     index = getattr(shipped_table() if table is None else table, "compiled", None)
     if type(index) is not Index:
-        raise TypeError(f"expected an SWA launch table, got {table!r}")
-    boxes = index.by_arch.get(key.arch, index.other)
-    while type(boxes) is Split:
-        boxes = boxes.children[_bisect(boxes.cuts, getattr(key, boxes.name)) - 1]
+        _index(table)  # type: ignore[arg-type]
+    boxes = _candidates(index, key)
     if boxes:
         ws = key.window_size
         iw = key.index_width
@@ -140,10 +194,7 @@ def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
 
 
 def _index(table: Table[Tile]) -> Index:
-    index = getattr(table, "compiled", None)
-    if type(index) is not Index:
-        raise TypeError(f"expected an SWA launch table, got {table!r}")
-    return index
+    return launch_table.index_of(table, Index, "an SWA")  # type: ignore[return-value]
 
 
 def deployment_calls(window_size: int, max_image_tokens: int = 0) -> tuple[tuple[int, int], ...]:
@@ -222,19 +273,13 @@ def deployment_of(key: Key) -> dict[str, int] | None:
 KERNEL = KernelSpec(
     name="swa",
     summary="SWA indices and lens (vLLM 0.33.0 _compute_swa_indices_and_lens_kernel)",
-    schema=SCHEMA,
+    **FILES.spec_fields(),
     key_type=Key,
     launch_type=Launch,
     tile_type=Tile,
     baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    table_file=SHIPPED,
-    shipped_table=shipped_table,
-    load_table=load_table,
-    loads_table=loads_table,
-    make_table=make_table,
-    render_table=render_table,
     compile_key_fields=("tokens_per_program", "cols_per_program", "num_warps", "has_image"),
     compile_key_sources=compile_key_sources,
     deployment=(
@@ -253,8 +298,8 @@ KERNEL = KernelSpec(
 )
 
 __all__ = [
-    "BASELINE_TILE", "KERNEL", "SCHEMA", "CompileKey", "Entry", "Key", "Launch", "Range", "Table",
-    "TableError", "Tile", "baseline", "compile_key_sources", "compile_keys", "deployment_calls",
-    "deployment_of", "load_table", "loads_table", "make_table", "render_table", "resolve",
-    "shipped_table",
+    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "KERNEL", "SCHEMA", "SHIPPED", "CompileKey", "Entry",
+    "Index", "Key", "Launch", "Range", "Table", "TableError", "Tile", "baseline",
+    "compile_key_sources", "compile_keys", "deployment_calls", "deployment_of", "load_table",
+    "loads_table", "make_table", "render_table", "resolve", "shipped_table", "tile_problems",
 ]

@@ -10,7 +10,7 @@ import random
 import timeit
 
 import pytest
-from dsv4_policy.c128a import Key, baseline, resolve, shipped_table
+from dsv4_policy.kernels.c128a import Key, baseline, resolve, shipped_table
 
 _RNG = random.Random(2024)
 KEYS = {

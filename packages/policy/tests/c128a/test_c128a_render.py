@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-import tomllib
 
 import pytest
 from dsv4_policy import toml_out
-from dsv4_policy.c128a import (
+from dsv4_policy.kernels.c128a import (
+    SHIPPED,
     Entry,
+    Key,
     Range,
     TableError,
     Tile,
@@ -17,7 +18,6 @@ from dsv4_policy.c128a import (
     resolve,
     shipped_table,
 )
-from dsv4_policy.c128a_table import SHIPPED
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from policy_strategies import HEAVY_EXAMPLES, SEEDED_TABLES, disjoint_entries
@@ -79,32 +79,7 @@ def test_the_shipped_table_round_trips_and_every_entry_says_where_it_came_from()
     assert render_table([]) == "schema = 1\n"
 
 
-# --------------------------------------------------------------------------- the writer
-@settings(max_examples=HEAVY_EXAMPLES * 10)
-@given(st.text())
-def test_strings_round_trip_through_tomllib(text: str) -> None:
-    assert tomllib.loads(f"x = {toml_out.string(text)}")["x"] == text
-    assert tomllib.loads(f"{toml_out.key(text or 'k')} = 1") == {text or "k": 1}
-
-
-@settings(max_examples=HEAVY_EXAMPLES * 10)
-@given(st.one_of(st.integers(-(2**63), 2**63 - 1), st.booleans(),
-                 st.floats(allow_nan=False, allow_infinity=False),
-                 st.lists(st.integers(-5, 5), max_size=4),
-                 st.dictionaries(st.sampled_from(["min", "max", "a b"]), st.integers(0, 9))))
-def test_values_round_trip_through_tomllib(value: object) -> None:
-    parsed = tomllib.loads(f"x = {toml_out.value(value)}")["x"]
-    assert parsed == value and type(parsed) is type(value)
-
-
-def test_writer_refuses_values_it_does_not_cover() -> None:
-    with pytest.raises(ValueError, match="cannot write object"):
-        toml_out.value(object())
-
-
 def test_resolve_reads_a_rendered_table() -> None:
-    from dsv4_policy.c128a import Key
-
     entry = Entry("t", {"arch": "sm90", "max_seq_len": Range(0, 8191)}, Tile(8, 128, 2, True))
     table = loads_table(render_table([entry]))
     launch = resolve(Key("sm90", 128, 1 << 20, 5000, 3, 0, 2), table)

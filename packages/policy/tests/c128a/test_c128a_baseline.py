@@ -7,7 +7,7 @@ import random
 import re
 
 import pytest
-from dsv4_policy.c128a import Key, Launch, active_width, baseline, capacity
+from dsv4_policy.kernels.c128a import Key, Launch, active_width, baseline, capacity
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_strategies import (
