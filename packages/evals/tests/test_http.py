@@ -350,3 +350,22 @@ def test_credentials_in_the_url_are_sent_but_never_echoed(tmp_path, capsys):
               "--out", str(tmp_path / "o")])
     detail = (tmp_path / "o" / "results.jsonl").read_text()
     assert "timeout" in detail and "s3cret" not in json.loads(detail)["error_detail"]
+
+
+async def _lines(url: str) -> list[str]:
+    async with (
+        ServerClient(url, timeout_s=5) as client,
+        client.stream("GET", "/events") as stream,
+    ):
+        return [line async for line in stream.lines()]
+
+
+def test_stream_lines_end_at_any_line_break():
+    body = b"data: a\r\ndata: b\rdata: c\ndata: \xff\n\nlast"
+    want = ["data: a", "data: b", "data: c", "data: \ufffd", "", "last"]
+    with RecordingServer(body=body) as whole:
+        assert asyncio.run(_lines(whole.url)) == want
+    with RecordingServer(mode="trickle", body=body, trickle_s=0.002) as bytewise:
+        got = asyncio.run(_lines(bytewise.url))
+    # One read per byte: the \r\n split across reads adds one empty line, no other change.
+    assert [x for x in got if x] == [x for x in want if x] and got.count("") == 2

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -45,6 +46,8 @@ CONNECT_TIMEOUT_S = 30.0  # longest wait for a TCP (and TLS) connection
 PROBE_TIMEOUT_S = 5.0  # one readiness request (probe)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # largest response body or stream read
 ERROR_BODY_CHARS = 500  # most of a body quoted in an error message
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 # What a request can raise besides a reply: transport failures and the deadline.
 REQUEST_ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, TimeoutError)
@@ -98,15 +101,17 @@ class Stream:
         self._chunks = chunks
 
     async def lines(self) -> AsyncIterator[str]:
-        """Each line as soon as it has arrived (``\\n`` or ``\\r\\n`` ended)."""
+        """Each line as soon as it has arrived; ``\\n``, ``\\r\\n`` and ``\\r`` end one.
+
+        A ``\\r\\n`` split across two reads yields one extra empty line, which server-sent
+        events treat as the separator it already is."""
         pending = b""
         async for chunk in self._chunks:
-            pending += chunk
-            *complete, pending = pending.split(b"\n")
+            *complete, pending = _LINE_END.split(pending + chunk)
             for raw in complete:
-                yield raw.removesuffix(b"\r").decode("utf-8", "replace")
+                yield raw.decode("utf-8", "replace")
         if pending:
-            yield pending.removesuffix(b"\r").decode("utf-8", "replace")
+            yield pending.decode("utf-8", "replace")
 
     async def read(self) -> Reply:
         """The rest of the body."""
