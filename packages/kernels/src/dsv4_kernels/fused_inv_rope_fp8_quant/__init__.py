@@ -1,0 +1,14 @@
+"""FusedInvRopeFP8Quant: inverse RoPE + block FP8 quantisation of DeepSeek-V4's attention output.
+
+- :mod:`.launch`: :func:`~.launch.fused_inv_rope_fp8_quant` with vLLM 0.33.0's
+  arguments plus a tile, :func:`~.launch.kernel_call` with the arguments of vLLM's kernel
+  object (what the vLLM plugin replaces); ``warmup``, ``compile_count``, ``interpreting``.
+- :mod:`.kernel`: the ``@triton.jit`` kernel; :mod:`.checks`: the argument checks.
+- :mod:`.reference`: the plain-torch specification; :mod:`.testing`: seeded attention
+  outputs, real DeepSeek-V4 ``cos_sin_cache`` tables, poisoned buffers, comparisons.
+
+Submodules are imported on demand, so importing this package loads neither torch nor
+triton.
+"""
+
+__all__ = ["checks", "kernel", "launch", "reference", "testing"]

@@ -1,0 +1,367 @@
+"""FusedInvRopeFP8Quant launches: the baseline and the table-driven resolver.
+
+Inside the FULL decode CUDA graph, once per attention layer (43 per DeepSeek-V4-Flash
+step), ``deep_gemm_fp8_o_proj`` runs vLLM 0.33.0's ``fused_inv_rope_fp8_quant``: the
+inverse RoPE of the attention output and its block FP8 quantisation (one scale per 128
+lanes). vLLM launches one single-warp program per (token, head); dsv4's kernel takes a
+tile of tokens x heads per program, chosen here for one call (:class:`Key`):
+
+- :func:`baseline` is vLLM 0.33.0's launch: source ``"baseline"`` tells a caller to run
+  vLLM's own kernel object unchanged; its tile ``(1, 1, 1)`` (one token, one head, one
+  warp per program) is what dsv4's kernel uses when asked for vLLM's launch shape.
+- :func:`resolve` returns a table entry's tile on a hit, else the baseline unchanged.
+- :func:`compile_key_sources` lists every tile a deployment can need, so a server
+  compiles them all before graph capture instead of mid-serving. With the deployment's
+  head geometry and the call's flags (which vLLM's own compile key holds too), only
+  the tile selects a binary: the token count never does.
+
+Nothing here changes what is written: values, layout, strides and the scale pad rows
+always come from the call. Pure Python, standard library only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right as _bisect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from dsv4_policy import launch_table
+from dsv4_policy.arch import _MAJOR, ARCH_ACCEPTED, ARCH_PATTERN, arch_major
+from dsv4_policy.conditions import INT_MAX, Range, contains
+from dsv4_policy.launch_table import (
+    MAX_ELEMENTS_PER_THREAD,
+    DeploymentParam,
+    KernelSpec,
+    Split,
+    power_of_two_problem,
+    warps_problem,
+)
+from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
+
+NAME = "fused_inv_rope_fp8_quant"
+CompileKey = tuple[int, int, int]
+"""(tokens_per_program, heads_per_program, num_warps): the tile part of a binary's key."""
+TILE_FIELDS = ("tokens_per_program", "heads_per_program", "num_warps")
+MAX_TOKENS_PER_PROGRAM = 64
+MAX_HEADS_PER_PROGRAM = 64
+TILE_HEAD_DIM = 512
+"""Lanes per head the elements-per-thread limit assumes (DeepSeek-V4's head_dim)."""
+_set = object.__setattr__
+
+
+# --------------------------------------------------------------------------- key
+@dataclass(frozen=True, init=False)
+class Key:
+    """What one ``fused_inv_rope_fp8_quant`` call's launch depends on.
+
+    ``num_tokens`` is the call's T (``o.shape[0]``), ``num_heads`` the local heads
+    (``n_groups * heads_per_group``), ``head_dim`` and ``quant_group_size`` the head
+    geometry, ``tma_aligned_scales`` 1 for the packed UE8M0 scale layout (sm100) and 0
+    for FP32 (sm90), ``quantize`` 1 when the output is FP8. All are known on the host
+    without reading device memory. Checked on construction.
+    """
+
+    arch: str
+    num_tokens: int
+    num_heads: int
+    head_dim: int
+    quant_group_size: int
+    tma_aligned_scales: int
+    quantize: int
+
+    def __init__(self, arch: str, num_tokens: int, num_heads: int, head_dim: int = 512,
+                 quant_group_size: int = 128, tma_aligned_scales: int = 0,
+                 quantize: int = 1) -> None:
+        _set(self, "__dict__", {
+            "arch": arch, "num_tokens": num_tokens, "num_heads": num_heads,
+            "head_dim": head_dim, "quant_group_size": quant_group_size,
+            "tma_aligned_scales": tma_aligned_scales, "quantize": quantize,
+        })
+        if not (
+            type(num_tokens) is int and 0 <= num_tokens <= INT_MAX
+            and type(num_heads) is int and 1 <= num_heads <= INT_MAX
+            and type(head_dim) is int and 1 <= head_dim <= INT_MAX
+            and type(quant_group_size) is int and 1 <= quant_group_size <= INT_MAX
+            and type(tma_aligned_scales) is int and 0 <= tma_aligned_scales <= 1
+            and type(quantize) is int and 0 <= quantize <= 1
+            and type(arch) is str and arch in _MAJOR
+        ):
+            flag = {name: (lambda v, n=name: None if v in (0, 1)
+                           else f"Key.{n} must be 0 or 1; got {v}")
+                    for name in ("tma_aligned_scales", "quantize")}
+            launch_table.explain_key(self, FIELDS, flag)
+
+
+FIELDS = (
+    KeyField("arch", str, pattern=ARCH_PATTERN, accepted=ARCH_ACCEPTED),
+    KeyField("num_tokens", int, minimum=0),
+    KeyField("num_heads", int, minimum=1),
+    KeyField("head_dim", int, minimum=1),
+    KeyField("quant_group_size", int, minimum=1),
+    KeyField("tma_aligned_scales", int, minimum=0),
+    KeyField("quantize", int, minimum=0),
+)
+INT_FIELDS = tuple(f for f in FIELDS if f.type is int)
+
+
+# --------------------------------------------------------------------------- tile and launch
+def tile_problems(tokens_per_program: object, heads_per_program: object,
+                  num_warps: object) -> list[tuple[str, str]]:
+    """``(field, message)`` for every invalid tile field; empty when the tile is valid:
+    powers of two up to 64 tokens and 64 heads, a warp count of ``WARPS``, and at most
+    ``MAX_ELEMENTS_PER_THREAD`` lanes of 512-lane heads per thread (the limits
+    :mod:`dsv4_kernels.fused_inv_rope_fp8_quant.checks` enforces)."""
+    found = []
+    for name, value, high in (("tokens_per_program", tokens_per_program, MAX_TOKENS_PER_PROGRAM),
+                              ("heads_per_program", heads_per_program, MAX_HEADS_PER_PROGRAM)):
+        problem = power_of_two_problem(name, value, 1, high)
+        if problem:
+            found.append((name, problem))
+    problem = warps_problem(num_warps)
+    if problem:
+        found.append(("num_warps", problem))
+    if not found:
+        lanes = tokens_per_program * heads_per_program * TILE_HEAD_DIM  # type: ignore[operator]
+        limit = MAX_ELEMENTS_PER_THREAD * 32 * num_warps  # type: ignore[operator]
+        if lanes > limit:
+            found.append(("heads_per_program",
+                          f"tokens_per_program * heads_per_program * {TILE_HEAD_DIM} = {lanes} "
+                          f"exceeds {MAX_ELEMENTS_PER_THREAD} elements per thread "
+                          f"({limit} over {num_warps} warps); use more warps or a smaller "
+                          "tile"))
+    return found
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The tile an entry chooses: ``tokens_per_program`` x ``heads_per_program`` per
+    program (grid ``(cdiv(tma_aligned_T, tpp), cdiv(num_heads, hpp))``), on
+    ``num_warps`` warps."""
+
+    tokens_per_program: int
+    heads_per_program: int
+    num_warps: int
+
+    def __post_init__(self) -> None:
+        found = tile_problems(self.tokens_per_program, self.heads_per_program, self.num_warps)
+        if found:
+            raise ValueError("invalid Tile: " + "; ".join(message for _, message in found))
+
+
+BASELINE_TILE = Tile(1, 1, 1)
+"""vLLM 0.33.0's launch shape: one token and one head per program, one warp."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to launch for one call: the tile and where it came from.
+
+    ``source`` is ``"table:<entry id>"`` (run dsv4's kernel with this tile) or
+    ``"baseline"`` (run vLLM's own kernel object). Launches are immutable and shared.
+    """
+
+    tokens_per_program: int
+    heads_per_program: int
+    num_warps: int
+    source: str
+
+    def compile_key(self) -> CompileKey:
+        """(tokens_per_program, heads_per_program, num_warps)."""
+        return (self.tokens_per_program, self.heads_per_program, self.num_warps)
+
+
+_BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.heads_per_program,
+                   BASELINE_TILE.num_warps, "baseline")
+
+
+# --------------------------------------------------------------------------- table schema
+def _parse_tile(raw: Mapping[str, object], report: Callable[[str, str], None]) -> Tile | None:
+    extra = [k for k in raw if k not in TILE_FIELDS]
+    for name in extra:
+        report(name, f"unknown field {name!r}; accepted: {', '.join(TILE_FIELDS)} (an entry "
+                     "sets only its tile; values, layout and strides come from the call)")
+    missing = [k for k in TILE_FIELDS if k not in raw]
+    for name in missing:
+        report(name, "missing; a launch gives tokens_per_program, heads_per_program and "
+                     "num_warps")
+    if extra or missing:
+        return None
+    found = tile_problems(*(raw[k] for k in TILE_FIELDS))
+    for name, message in found:
+        report(name, message)
+    return None if found else Tile(*(raw[k] for k in TILE_FIELDS))  # type: ignore[arg-type]
+
+
+def _check_tile(config: object) -> list[tuple[str, str]]:
+    if not isinstance(config, Tile):
+        return [("tile", f"a {NAME} entry's config must be a fused_inv_rope_fp8_quant.Tile; "
+                         f"got {what(config)}")]
+    return []
+
+
+def _tile_toml(tile: Tile) -> dict[str, object]:
+    return {name: getattr(tile, name) for name in TILE_FIELDS}
+
+
+@dataclass(frozen=True)
+class Index:
+    """Entries laid out for the hot path: per arch, a Split tree over the boxes; each
+    box is ``(lo, hi)`` pairs for ``INT_FIELDS`` flattened, then the entry's launch."""
+
+    by_arch: Mapping[str, object]
+    other: object
+
+
+def _compile(entries: tuple[Entry[Tile], ...], header: object) -> Index:
+    def hit(e: Entry[Tile]) -> tuple:
+        t = e.config
+        return (Launch(t.tokens_per_program, t.heads_per_program, t.num_warps,
+                       f"table:{e.id}"),)
+
+    return Index(*launch_table.arch_trees(entries, INT_FIELDS, hit))
+
+
+SCHEMA: Schema[Tile] = launch_table.kernel_schema(
+    NAME, FIELDS, parse_config=_parse_tile, check_config=_check_tile,
+    config_to_toml=_tile_toml, compile=_compile,
+)
+FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
+SHIPPED = FILES.shipped
+make_table = FILES.make_table
+load_table = FILES.load_table
+loads_table = FILES.loads_table
+shipped_table = FILES.shipped_table
+render_table = FILES.render_table
+
+
+def _index(table: object) -> Index:
+    index = getattr(table, "compiled", None)
+    if type(index) is not Index:
+        raise TypeError(f"expected a {NAME} launch table, got {table!r}")
+    return index
+
+
+# --------------------------------------------------------------------------- resolve
+def baseline(key: Key) -> Launch:
+    """vLLM 0.33.0's launch for ``key`` (source ``"baseline"``), the same object always."""
+    return _BASELINE
+
+
+def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
+    """The launch for ``key``: the matching entry's tile, or the baseline unchanged.
+
+    ``table`` None means the shipped table. A valid table has no overlapping entries,
+    so the first candidate box that matches is the only entry that matches.
+    """
+    index = _index(shipped_table() if table is None else table)
+    boxes = index.by_arch.get(key.arch, index.other)
+    while type(boxes) is Split:
+        boxes = boxes.children[_bisect(boxes.cuts, getattr(key, boxes.name)) - 1]
+    if boxes:
+        nt, nh, hd, qg = key.num_tokens, key.num_heads, key.head_dim, key.quant_group_size
+        tma, qz = key.tma_aligned_scales, key.quantize
+        for (t0, t1, h0, h1, d0, d1, g0, g1, s0, s1, q0, q1, hit) in boxes:
+            if (t0 <= nt <= t1 and h0 <= nh <= h1 and d0 <= hd <= d1 and g0 <= qg <= g1
+                    and s0 <= tma <= s1 and q0 <= qz <= q1):
+                return hit[0]  # type: ignore[no-any-return]
+    return _BASELINE
+
+
+def compile_key_sources(
+    table: Table[Tile] | None, arch: str, *, num_heads: int, head_dim: int = 512,
+    quant_group_size: int = 128,
+) -> dict[CompileKey, tuple[str, ...]]:
+    """Every tile :func:`resolve` can produce for a deployment, with its sources.
+
+    The baseline's is always there. An entry counts unless its match excludes the arch
+    or the deployment's local heads, head_dim or group size: any token count, either
+    scale layout and either ``quantize`` count, a superset that is safe for warm-up
+    (one binary too many costs start-up time, never correctness).
+    """
+    table = shipped_table() if table is None else table
+    _index(table)
+    arch_major(arch)
+    for name, value in (("num_heads", num_heads), ("head_dim", head_dim),
+                        ("quant_group_size", quant_group_size)):
+        if type(value) is not int or not 1 <= value <= INT_MAX:
+            raise ValueError(f"{name} must be an integer >= 1; got {what(value)}")
+    found: dict[CompileKey, list[str]] = {_BASELINE.compile_key(): ["baseline"]}
+    for e in table.entries:
+        m = e.match
+        if any(m.get(name) is not None and not contains(m[name], value)
+               for name, value in (("arch", arch), ("num_heads", num_heads),
+                                   ("head_dim", head_dim),
+                                   ("quant_group_size", quant_group_size))):
+            continue
+        t = e.config
+        sources = found.setdefault((t.tokens_per_program, t.heads_per_program, t.num_warps), [])
+        if f"table:{e.id}" not in sources:
+            sources.append(f"table:{e.id}")
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def compile_keys(table: Table[Tile] | None, arch: str, *, num_heads: int,
+                 head_dim: int = 512, quant_group_size: int = 128) -> frozenset[CompileKey]:
+    """The finite set of (tokens_per_program, heads_per_program, num_warps) to warm."""
+    return frozenset(compile_key_sources(table, arch, num_heads=num_heads, head_dim=head_dim,
+                                         quant_group_size=quant_group_size))
+
+
+def deployment_of(key: Key) -> dict[str, int]:
+    """The deployment whose compile keys cover ``key``'s launch."""
+    return {"num_heads": key.num_heads, "head_dim": key.head_dim,
+            "quant_group_size": key.quant_group_size}
+
+
+def _describe(key: Key) -> list[tuple[str, object]]:
+    aligned = -(-key.num_tokens // 4) * 4 if key.quantize else key.num_tokens
+    return [("tma_aligned_T", aligned),
+            ("bytes_moved", key.num_tokens * key.num_heads * key.head_dim * (
+                2 + (1 if key.quantize else 2)) + (
+                aligned * key.num_heads * (key.head_dim // key.quant_group_size) * (
+                    1 if key.tma_aligned_scales else 4) if key.quantize else 0))]
+
+
+KERNEL = KernelSpec(
+    name=NAME,
+    summary="inverse RoPE + block FP8 quant of the attention output "
+            "(vLLM 0.33.0 fused_inv_rope_fp8_quant)",
+    schema=SCHEMA,
+    key_type=Key,
+    launch_type=Launch,
+    tile_type=Tile,
+    baseline_tile=BASELINE_TILE,
+    baseline=baseline,
+    resolve=resolve,
+    table_file=SHIPPED,
+    shipped_table=shipped_table,
+    load_table=load_table,
+    loads_table=loads_table,
+    make_table=make_table,
+    render_table=render_table,
+    compile_key_fields=TILE_FIELDS,
+    compile_key_sources=compile_key_sources,
+    deployment=(
+        DeploymentParam("num_heads", "local attention heads (num_attention_heads / tp)", 1),
+        DeploymentParam("head_dim", "the model's head_dim", 1, 512),
+        DeploymentParam("quant_group_size", "FP8 block size of the o_proj input", 1, 128),
+    ),
+    deployment_of=deployment_of,
+    key_defaults={"arch": None, "num_tokens": 1, "num_heads": 64, "head_dim": 512,
+                  "quant_group_size": 128, "tma_aligned_scales": 0, "quantize": 1},
+    key_help={"num_tokens": "tokens of the call, o.shape[0] (default: 1)",
+              "num_heads": "local heads, n_groups * heads_per_group (default: 64)",
+              "head_dim": "lanes per head (default: 512)",
+              "quant_group_size": "lanes per FP8 scale (default: 128)",
+              "tma_aligned_scales": "1: packed UE8M0 scales (sm100), 0: FP32 (sm90) "
+                                    "(default: 0)",
+              "quantize": "1: FP8 output with scales, 0: rotated output only (default: 1)"},
+    describe=_describe,
+)
+
+__all__ = [
+    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "KERNEL", "NAME", "SCHEMA", "CompileKey", "Entry",
+    "Index", "Key", "Launch", "Range", "Table", "TableError", "Tile", "baseline",
+    "compile_key_sources", "compile_keys", "deployment_of", "load_table", "loads_table",
+    "make_table", "render_table", "resolve", "shipped_table", "tile_problems",
+]
