@@ -1,5 +1,7 @@
-"""Fixtures for the compressed-slot-mapping tests: the CUDA device (GPU tests fail, never
-skip, without one) and vLLM 0.33.0's own kernel, extracted at run time."""
+"""Fixtures for the compressed-slot-mapping tests: Triton's interpreter (CPU tests), the
+CUDA device (GPU tests fail, never skip, without one) and vLLM 0.33.0's own kernel,
+extracted at run time. Both device fixtures ask this kernel's module, not another
+kernel's, whether the interpreter is on."""
 
 from __future__ import annotations
 
@@ -11,6 +13,19 @@ import pytest
 import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="session")
+def interpreter() -> str:
+    """The device CPU kernel tests run on; raises unless Triton's interpreter is on."""
+    from dsv4_kernels.compressed_slot_mapping.launch import interpreting
+
+    if not interpreting():
+        raise RuntimeError(
+            "CPU kernel tests need Triton's interpreter: run them with TRITON_INTERPRET=1 "
+            "(the `kernels` nox target sets it)"
+        )
+    return "cpu"
 
 
 @pytest.fixture(scope="session")
