@@ -82,18 +82,33 @@ def sparse_mla() -> ModuleType:
 
 
 @pytest.fixture
-def pristine(sparse_mla: ModuleType) -> Iterator[ModuleType]:
-    """Yield vLLM's module unpatched, and leave it exactly as found afterwards."""
-    from dsv4_vllm import plugin
+def pristine_vllm() -> Iterator[dict[str, ModuleType]]:
+    """Every registered target's vLLM module, unpatched, and left exactly as found
+    afterwards (the object and its builder's own ``__init__``), by kernel name."""
+    from dsv4_vllm import plugin, registry
 
     plugin.unregister()
-    function = sparse_mla.build_c128a_topk_metadata
-    builder = sparse_mla.DeepseekV4SparseMLAMetadataBuilder
-    init = builder.__dict__["__init__"]
-    yield sparse_mla
+    saved = []
+    modules = {}
+    for name, target in registry.targets().items():
+        module = importlib.import_module(target.module)
+        modules[name] = module
+        builder = getattr(module, target.builder.cls) if target.builder else None
+        init = builder.__dict__.get("__init__") if builder is not None else None
+        saved.append((module, target.attribute, getattr(module, target.attribute), builder,
+                      init))
+    yield modules
     plugin.unregister()
-    sparse_mla.build_c128a_topk_metadata = function
-    builder.__init__ = init
+    for module, attribute, obj, builder, init in saved:
+        setattr(module, attribute, obj)
+        if builder is not None and init is not None:
+            builder.__init__ = init
+
+
+@pytest.fixture
+def pristine(pristine_vllm: dict[str, ModuleType], sparse_mla: ModuleType) -> ModuleType:
+    """vLLM's sparse-MLA module unpatched (every target is restored afterwards)."""
+    return sparse_mla
 
 
 class _Collect(logging.Handler):
@@ -120,16 +135,10 @@ def dsv4_log() -> Iterator[list[logging.LogRecord]]:
 
 
 @pytest.fixture
-def swa_module(pristine: ModuleType) -> Iterator[ModuleType]:
-    """vLLM's sparse_swa module, unpatched, and left exactly as found afterwards."""
-    from dsv4_vllm import plugin
-    from dsv4_vllm.swa_dispatch import SWADispatch
+def swa_module(pristine_vllm: dict[str, ModuleType]) -> ModuleType:
+    """vLLM's sparse_swa module, unpatched (every target is restored afterwards)."""
+    from dsv4_vllm.kernels.swa import SWADispatch
 
     module = importlib.import_module(SWA_MODULE)
-    kernel = module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL
-    init = module.DeepseekSparseSWAMetadataBuilder.__dict__["__init__"]
-    assert not isinstance(kernel, SWADispatch)
-    yield module
-    plugin.unregister()
-    module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL = kernel
-    module.DeepseekSparseSWAMetadataBuilder.__init__ = init
+    assert not isinstance(module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL, SWADispatch)
+    return module

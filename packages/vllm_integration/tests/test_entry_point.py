@@ -7,7 +7,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
-from dsv4_vllm import plugin
+from dsv4_vllm import plugin, registry
 
 SCRIPT = """
 from vllm.config.logging import LoggingConfig
@@ -16,10 +16,11 @@ configure_logging(LoggingConfig())
 import vllm.plugins
 vllm.plugins.load_general_plugins()
 vllm.plugins.load_general_plugins()
-import vllm.models.deepseek_v4.sparse_mla as m
-print("TARGET-TYPE", type(m.build_c128a_topk_metadata).__name__)
-import vllm.v1.attention.backends.mla.sparse_swa as s
-print("SWA-TYPE", type(s._COMPUTE_SWA_INDICES_AND_LENS_KERNEL).__name__)
+import importlib
+from dsv4_vllm import registry
+for name, target in registry.targets().items():
+    obj = getattr(importlib.import_module(target.module), target.attribute)
+    print("TARGET-TYPE", name, type(obj).__name__)
 """
 
 
@@ -49,17 +50,17 @@ def test_entry_point_is_declared_and_loads_register() -> None:
 def test_vllm_loads_the_plugin_and_logs_it() -> None:
     out = _run_vllm()
     lines = _dsv4_lines(out)
-    assert len(lines) == 2, out
-    assert "dsv4: C128A launch policy active on vLLM 0.33.0" in lines[0]
-    assert "dsv4: SWA launch policy active on vLLM 0.33.0" in lines[1]
-    assert "TARGET-TYPE C128ADispatch" in out
-    assert "SWA-TYPE SWADispatch" in out
+    targets = registry.targets()
+    assert len(lines) == len(targets), out
+    for line, target in zip(lines, targets.values(), strict=True):
+        assert f"dsv4: {target.label} launch policy active on vLLM 0.33.0" in line
+        assert f"TARGET-TYPE {target.name} {target.dispatch.__name__}" in out
 
 
 def test_kill_switch_in_a_vllm_process() -> None:
     out = _run_vllm(DSV4_POLICY="Off")
     lines = _dsv4_lines(out)
     assert len(lines) == 1, out
-    assert "DSV4_POLICY=Off turns the C128A launch policy off; vLLM runs unchanged" in lines[0]
-    assert "TARGET-TYPE function" in out
-    assert "SWA-TYPE ComputeSWAIndicesAndLensKernel" in out
+    assert "DSV4_POLICY=Off turns every dsv4 launch policy off; vLLM runs unchanged" in lines[0]
+    for target in registry.targets().values():
+        assert f"TARGET-TYPE {target.name} {target.dispatch.__name__}" not in out

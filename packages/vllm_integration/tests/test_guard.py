@@ -1,4 +1,4 @@
-"""The pure checks behind register(): kill switch, version and signature."""
+"""The pure checks behind register(): kill switch, version, and the signature rule."""
 
 from __future__ import annotations
 
@@ -49,54 +49,58 @@ def test_unsupported_versions_name_the_supported_series(version: str) -> None:
     assert reason is not None and "0.33.x" in reason and repr(version)[1:-1] in reason
 
 
-def test_vllm_function_has_the_expected_signature(sparse_mla) -> None:
-    assert guard.signature_reason(sparse_mla.build_c128a_topk_metadata) is None
+SIG = guard.Signature((("a", guard.REQUIRED, guard.POSITIONAL), ("b", 3, guard.POSITIONAL),
+                       ("c", guard.REQUIRED, guard.KEYWORD)), attributes=("warm",))
 
 
-def _lookalike(params: list[inspect.Parameter]):
-    def fn(*args, **kwargs):  # pragma: no cover - never called
+class _Kernel:
+    def __call__(self, a, b=3, *, c):  # pragma: no cover - never called
         raise AssertionError
 
-    fn.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    return fn
+    def warm(self) -> None:  # pragma: no cover - never called
+        raise AssertionError
 
 
-def _expected_params() -> list[inspect.Parameter]:
-    return [
-        inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d)
-        for n, d in guard.EXPECTED_PARAMETERS
-    ]
+def test_a_matching_object_passes_the_signature_rule() -> None:
+    assert SIG.reason(_Kernel(), "m.K") is None
+    assert str(SIG.expected()) == "(a, b=3, *, c)"
 
 
-def test_a_faithful_lookalike_passes() -> None:
-    assert guard.signature_reason(_lookalike(_expected_params())) is None
-
-
-@pytest.mark.parametrize("change", ["default", "rename", "swap", "extra", "missing", "kwonly"])
-def test_any_signature_drift_is_refused(change: str) -> None:
-    params = _expected_params()
+@pytest.mark.parametrize("change", ["default", "rename", "kind", "extra", "missing", "attribute",
+                                    "not callable"])
+def test_any_drift_is_refused_naming_the_object(change: str) -> None:
     P = inspect.Parameter
+    params = [P("a", P.POSITIONAL_OR_KEYWORD), P("b", P.POSITIONAL_OR_KEYWORD, default=3),
+              P("c", P.KEYWORD_ONLY)]
     if change == "default":
-        params[-1] = params[-1].replace(default=4096)
+        params[1] = params[1].replace(default=4)
     elif change == "rename":
-        params[5] = params[5].replace(name="kv_block_size")
-    elif change == "swap":
-        params[7], params[8] = params[8], params[7]
+        params[0] = params[0].replace(name="x")
+    elif change == "kind":
+        params[2] = params[2].replace(kind=P.POSITIONAL_OR_KEYWORD, default=0)
     elif change == "extra":
-        params.append(P("use_adaptive_width", P.POSITIONAL_OR_KEYWORD, default=True))
+        params.append(P("d", P.KEYWORD_ONLY, default=None))
     elif change == "missing":
         params.pop()
-    elif change == "kwonly":
-        params[-1] = params[-1].replace(kind=P.KEYWORD_ONLY)
-    reason = guard.signature_reason(_lookalike(params))
-    assert reason is not None and "build_c128a_topk_metadata" in reason
+    obj: object = _Kernel()
+    if change == "attribute":
+        obj = lambda a, b=3, *, c: None  # noqa: E731
+    elif change == "not callable":
+        obj = object()
+    else:
+        type(obj).__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    try:
+        reason = SIG.reason(obj, "m.K")
+    finally:
+        if hasattr(_Kernel, "__signature__"):
+            del _Kernel.__signature__
+    assert reason is not None and reason.startswith("m.K ")
 
 
-def test_builder_init_check(sparse_mla) -> None:
-    builder = sparse_mla.DeepseekV4SparseMLAMetadataBuilder
-    assert guard.builder_init_reason(builder.__init__) is None
-
-    def other(self, vllm_config, device):  # pragma: no cover - never called
+def test_builder_init_rule() -> None:
+    def init(self, vllm_config, device):  # pragma: no cover - never called
         raise AssertionError
 
-    assert "warm-up hook" in guard.builder_init_reason(other)
+    assert guard.builder_init_reason(init, "m.B", ("self", "vllm_config", "device")) is None
+    reason = guard.builder_init_reason(init, "m.B", ("self", "spec", "device"))
+    assert reason is not None and "m.B.__init__" in reason and "warm-up hook" in reason

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from c128a_batches import vllm_width
-from dsv4_kernels.swa_testing import make_swa_step
+from dsv4_kernels.swa.testing import make_swa_step
 from torch.utils._python_dispatch import TorchDispatchMode
 
 pytestmark = pytest.mark.gpu

@@ -1,161 +1,122 @@
-"""The callable that stands in for vLLM's ``build_c128a_topk_metadata``.
+"""What every kernel's stand-in for a vLLM object shares.
 
-vLLM's metadata builder looks the function up as a module global on every call, so
-replacing that global with a :class:`C128ADispatch` routes every C128A metadata
-build through here. Per call it builds the policy ``Key`` from the arguments and
-either
+A stand-in (``dsv4_vllm/kernels/<name>.py``) replaces a vLLM module global: a table
+hit runs dsv4's kernel with the policy's tile, and a miss calls vLLM's object with the
+very same arguments, so that every key no table entry matches behaves exactly as
+upstream. :class:`Dispatch` holds what all of them need for that: the policy table,
+the resolver, the GPU-arch source, the warm-up, hit and miss counters, the warmed
+deployments and a per-call-shape decision cache. A kernel's own class adds only how it
+reads vLLM's call, which key it resolves and how it launches dsv4's kernel.
 
-* runs ``dsv4_kernels`` with the table's tile (a table hit), keeping vLLM's width
-  and the buffers' capacity row stride, or
-* calls vLLM's original function with the very same arguments, in the same
-  positional/keyword form (a miss), so the result is upstream's by construction.
-
-Anything the wrapper cannot read with certainty is a miss. The decision is cached
-per call shape, so the hot path is a tuple lookup plus the launch.
+A warm-up is keyed by ``(arch, *deployment, device)``, where the deployment is the
+facts the kernel's compile keys depend on (``deployment_fields``, e.g.
+``("max_model_len",)``). A failed warm-up turns the stand-in off for the rest of the
+process, so vLLM's own kernel serves every later call instead of a half-compiled table.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable
+from types import ModuleType
+from typing import Any, ClassVar
 
 import torch
-from dsv4_kernels import c128a as kernels_c128a
-from dsv4_policy import c128a as policy_c128a
-from dsv4_policy.c128a import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.guard import EXPECTED_PARAMETERS
-from dsv4_vllm.policy_dispatch import ArchOf, PolicyDispatch, device_token
-from dsv4_vllm.warmup import warm_compile_keys
+from dsv4_vllm.arch import DeviceArch
 
-Resolver = Callable[[Key], Launch]
+ArchOf = Callable[[torch.device], "str | None"]
 Warm = Callable[..., int]
-
-_NAMES = tuple(name for name, _ in EXPECTED_PARAMETERS)
-_WIDTH_DEFAULT = EXPECTED_PARAMETERS[-1][1]
-_KWARGS_AFTER = tuple(frozenset(_NAMES[i:]) for i in range(len(_NAMES) + 1))
-_CACHE_LIMIT = 4096
 _UNSET: Any = object()
+CACHE_LIMIT = 4096
+"""Decisions cached per stand-in before the cache starts over (a deployment has few)."""
 
 
-def _bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-    """The 11 arguments in declaration order, or ``None`` when the call is unusual.
-
-    An unusual call (too many arguments, an unknown or repeated keyword, a missing
-    one) goes to the original function, which raises exactly as upstream would.
-    """
-    count = len(args)
-    if count == 10 and len(kwargs) == 1 and "max_compressed_tokens" in kwargs:
-        return (*args, kwargs["max_compressed_tokens"])  # how vLLM 0.33.0 calls it
-    if not kwargs and count == len(_NAMES):
-        return args
-    if count > len(_NAMES) or not kwargs.keys() <= _KWARGS_AFTER[count]:
-        return None
-    tail = []
-    for name in _NAMES[count:]:
-        if name in kwargs:
-            tail.append(kwargs[name])
-        elif name == "max_compressed_tokens":
-            tail.append(_WIDTH_DEFAULT)
-        else:
-            return None
-    return (*args, *tail)
+def device_token(device: torch.device | str) -> str:
+    """One spelling per device: ``cuda`` without an index means the current one."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
 
 
-class Decision(NamedTuple):
-    """A table hit for one call shape: the launch and what its warm-up is keyed by.
+class Dispatch:
+    """The policy state of one stand-in.
 
-    ``build`` is the kernel wrapper with the launch's tile already checked
-    (:func:`dsv4_kernels.c128a.prepare`), so a hit pays only the data-argument checks
-    and the launch.
+    Subclasses set :attr:`policy` (the ``dsv4_policy.kernels`` module whose ``resolve``
+    decides), :attr:`label`, :attr:`deployment_fields` and :attr:`default_warm`
+    (``warm(arch, *deployment, device, table=...) -> compiled``), and call
+    :meth:`_init_policy` from their ``__init__(original, ...)``.
     """
 
-    launch: Launch
-    arch: str
-    max_model_len: int
-    warm_token: tuple[str, int, str]
-    build: Callable[..., Any]
-    width: int
-    view_width: int
+    policy: ClassVar[ModuleType]
+    label: ClassVar[str]
+    deployment_fields: ClassVar[tuple[str, ...]]
+    default_warm: ClassVar[Warm]
 
-
-@functools.lru_cache(maxsize=256)
-def _prepared(tpp: int, cpp: int, warps: int, split: bool) -> Callable[..., Any]:
-    """One prepared wrapper per tile (a deployment uses a handful)."""
-    return kernels_c128a.prepare(tpp, cpp, warps, split)
-
-
-class C128ADispatch(PolicyDispatch):
-    """Drop-in for ``build_c128a_topk_metadata``: table hits run dsv4 kernels.
-
-    ``resolve`` (a ``Key -> Launch`` function) and ``arch_of`` (a ``torch.device ->
-    "smXY" | None`` function) are injectable, so the decision can be tested on a
-    machine without a GPU. ``table`` is the policy table; ``None`` is the shipped one.
-    """
-
-    policy = policy_c128a
-    default_warm = staticmethod(warm_compile_keys)
-
-    def __init__(
+    def _init_policy(
         self,
-        original: Callable[..., Any],
+        original: Any,
         *,
-        table: Table | None = None,
-        resolve: Resolver | None = None,
-        arch_of: ArchOf | None = None,
-        warm: Warm = warm_compile_keys,
-        lazy_warmup: bool = True,
+        table: Any,
+        resolve: Callable[[Any], Any] | None,
+        arch_of: ArchOf | None,
+        warm: Warm | None,
+        lazy_warmup: bool,
     ) -> None:
-        functools.update_wrapper(self, original)
-        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
-                          lazy_warmup=lazy_warmup)
-        self.max_model_lens: dict[tuple[int, int], int] = {}
+        self.original = original
+        self.table = table
+        self.arch_of: ArchOf = arch_of if arch_of is not None else DeviceArch()
+        self._resolve = resolve if resolve is not None else self._shipped_resolve
+        self._warm = warm if warm is not None else type(self).default_warm
+        self.lazy_warmup = lazy_warmup
+        self.enabled = True
+        self.hits = 0
+        self.misses = 0
+        self._warmed: set[tuple[Any, ...]] = set()
+        self._decisions: dict[Hashable, Any] = {}
 
-    # -- deployment facts, recorded while vLLM starts ---------------------------------
+    def _shipped_resolve(self, key: Any) -> Any:
+        return self.policy.resolve(key, self.table)
 
-    def record_deployment(self, max_model_len: int, compress_ratio: int) -> int:
-        """Remember the real ``max_model_len`` behind buffers of its capacity.
-
-        Without it the key uses ``capacity * compress_ratio``, whose policy capacity
-        is the same (capacity is a multiple of 128), so both pick the same entries
-        unless a table keys on ``max_model_len`` more finely than capacity does.
-        """
-        capacity = policy_c128a.capacity(max_model_len, compress_ratio)
-        self.max_model_lens[(capacity, compress_ratio)] = max_model_len
+    def configure(
+        self,
+        *,
+        table: Any = _UNSET,
+        resolve: Callable[[Any], Any] | None = _UNSET,
+        arch_of: ArchOf | None = _UNSET,
+        warm: Warm | None = _UNSET,
+    ) -> None:
+        """Swap the table, resolver, arch source or warm-up (``None``: the default)."""
+        if table is not _UNSET:
+            self.table = table
+        if resolve is not _UNSET:
+            self._resolve = resolve if resolve is not None else self._shipped_resolve
+        if arch_of is not _UNSET:
+            self.arch_of = arch_of if arch_of is not None else DeviceArch()
+        if warm is not _UNSET:
+            self._warm = warm if warm is not None else type(self).default_warm
         self._decisions.clear()
-        return capacity
 
-    def on_builder_ready(
-        self, compress_ratio: int, max_model_len: int, device: torch.device
-    ) -> None:
-        """Called after vLLM built a DSV4 metadata builder: record and warm up."""
-        if compress_ratio != 128:
-            return
-        self.record_deployment(max_model_len, compress_ratio)
-        arch = self.arch_of(device)
-        if arch is not None:
-            self.warm_once(arch, max_model_len, device)
+    # -- warm-up ------------------------------------------------------------------------
 
-    def warm_once(self, arch: str, max_model_len: int, device: torch.device) -> bool:
-        """Warm ``(arch, max_model_len, device)`` unless done; ``False`` if it failed.
+    def warmed(self, arch: str, deployment: tuple[Any, ...], device: torch.device) -> bool:
+        """Whether ``(arch, *deployment)`` is already warm on ``device``."""
+        return (arch, *deployment, device_token(device)) in self._warmed
 
-        A failed warm-up turns the patch off for the rest of the process, so vLLM's
-        own function serves every later call instead of a half-compiled table.
-        """
-        token = (arch, max_model_len, device_token(device))
+    def warm_once(self, arch: str, deployment: tuple[Any, ...], device: torch.device) -> bool:
+        """Warm ``(arch, *deployment)`` on ``device`` unless done; ``False`` if it failed."""
+        token = (arch, *deployment, device_token(device))
         if token in self._warmed:
             return True
         try:
-            self._warm(arch, max_model_len, device, table=self.table)
+            self._warm(arch, *deployment, device, table=self.table)
         except Exception:
+            facts = ", ".join(f"{n}={v}" for n, v in zip(self.deployment_fields, deployment,
+                                                         strict=True))
             logger.warning(
-                "dsv4 warm-up failed for %s, max_model_len=%d on %s; C128A metadata "
-                "falls back to vLLM's own kernel for the rest of this process",
-                arch,
-                max_model_len,
-                device,
+                "dsv4 warm-up failed for %s, %s on %s; %s metadata falls back to vLLM's own "
+                "kernel for the rest of this process", arch, facts, device, self.label,
                 exc_info=True,
             )
             self.enabled = False
@@ -163,122 +124,30 @@ class C128ADispatch(PolicyDispatch):
         self._warmed.add(token)
         return True
 
-    # -- per call ---------------------------------------------------------------------
+    def warm_lazily(self, tensor: torch.Tensor, arch: str, deployment: tuple[Any, ...]) -> bool:
+        """A hit's warm-up when start-up did not do it; ``False`` if it failed.
 
-    def decide(self, values: tuple[Any, ...]) -> Decision | None:
-        """A hit's launch (with what its warm-up needs), or ``None`` for a miss.
-
-        Cached by the call's shape and device index, so a repeated shape costs a few
-        attribute reads and one dict lookup. Arguments that are not what vLLM passes
-        (not tensors, say) are a miss: the original then fails as upstream would.
+        Skipped while a CUDA graph is being captured (nothing may be launched on the side
+        then; the hit's own launch still compiles its tile if it must).
         """
-        try:
-            positions = values[0]
-            shape = (
-                positions.get_device(),
-                values[1],
-                values[9].shape[1],
-                values[7].shape[1],
-                values[10],
-                positions.shape[0],
-                values[2],
-                values[5],
-            )
-            decision = self._decisions.get(shape, _UNSET)
-        except Exception:
-            return None
+        if not self.lazy_warmup or self.warmed(arch, deployment, tensor.device):
+            return True
+        if tensor.is_cuda and torch.cuda.is_current_stream_capturing():
+            return True
+        return self.warm_once(arch, deployment, tensor.device)
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def cached(self, shape: Hashable, decide: Callable[[], Any]) -> Any:
+        """The decision for a call shape: from the cache, else ``decide()`` (and cached)."""
+        decision = self._decisions.get(shape, _UNSET)
         if decision is _UNSET:
-            decision = self._decide_uncached(positions.device, *shape[1:])
-            if len(self._decisions) >= _CACHE_LIMIT:
+            decision = decide()
+            if len(self._decisions) >= CACHE_LIMIT:
                 self._decisions.clear()
             self._decisions[shape] = decision
-        return decision  # type: ignore[no-any-return]
+        return decision
 
-    def _decide_uncached(
-        self,
-        device: torch.device,
-        compress_ratio: int,
-        capacity: int,
-        decode_capacity: int,
-        width: int,
-        num_tokens: int,
-        num_decode: int,
-        block_size: int,
-    ) -> Decision | None:
-        arch = self.arch_of(device)
-        if arch is None:
-            return None
-        ints = (compress_ratio, capacity, width, num_tokens, num_decode, block_size)
-        if decode_capacity != capacity or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in ints
-        ):
-            return None
-        if compress_ratio <= 0 or not 0 <= num_decode <= num_tokens or width <= 0:
-            return None
-        max_model_len = self.max_model_lens.get(
-            (capacity, compress_ratio), capacity * compress_ratio
-        )
-        try:
-            if policy_c128a.capacity(max_model_len, compress_ratio) != capacity:
-                return None
-            key = Key(
-                arch=arch,
-                compress_ratio=compress_ratio,
-                max_model_len=max_model_len,
-                # Any max_seq_len in (w/2 * r, (w + 1) * r) gives vLLM's width w; w * r is
-                # inside that class, capped by max_model_len, which keeps the width
-                # when w is the capacity (the check below makes sure).
-                max_seq_len=min(width * compress_ratio, max_model_len),
-                num_decode_tokens=num_decode,
-                num_prefill_tokens=num_tokens - num_decode,
-                block_size=block_size,
-            )
-            if policy_c128a.active_width(key) != width:
-                return None
-            launch = self._resolve(key)
-        except Exception:
-            logger.warning(
-                "dsv4: could not resolve a C128A launch for %s; using vLLM's kernel",
-                (arch, compress_ratio, capacity, width, num_tokens, num_decode, block_size),
-                exc_info=True,
-            )
-            return None
-        if (
-            launch.source == "baseline"
-            or launch.width != width
-            or launch.row_stride != capacity
-        ):
-            return None
-        try:
-            build = _prepared(launch.tokens_per_program, launch.cols_per_program,
-                              launch.num_warps, launch.split_width)
-        except ValueError:
-            logger.warning("dsv4: the kernel refuses the tile of %s; using vLLM's kernel",
-                           launch.source, exc_info=True)
-            return None
-        return Decision(launch, arch, max_model_len, (arch, max_model_len, device_token(device)),
-                        build, launch.width, launch.decode_view_width)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.enabled:
-            values = _bind(args, kwargs)
-            decision = None if values is None else self.decide(values)
-            if decision is not None and (
-                decision.warm_token in self._warmed or self._warm_lazily(values[0], decision)
-            ):
-                self.hits += 1
-                return decision.build(*values[:10], decision.width, decision.view_width)  # type: ignore[index]
-        self.misses += 1
-        return self.original(*args, **kwargs)
-
-    def _warm_lazily(self, positions: torch.Tensor, decision: Decision) -> bool:
-        """Fallback warm-up on a deployment's first hit; ``False`` if it failed.
-
-        Skipped while a CUDA graph is being captured (nothing may be launched on the
-        side then); the hit's own launch still compiles its tile if it must.
-        """
-        if not self.lazy_warmup:
-            return True
-        if positions.is_cuda and torch.cuda.is_current_stream_capturing():
-            return True
-        return self.warm_once(decision.arch, decision.max_model_len, positions.device)
+    def forget(self, shape: Hashable) -> None:
+        """Send a call shape to vLLM's kernel from now on (dsv4's kernel refused it)."""
+        self._decisions[shape] = None

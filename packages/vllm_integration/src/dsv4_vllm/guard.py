@@ -2,7 +2,9 @@
 
 Each check returns a reason string when the plugin must leave vLLM alone, or
 ``None`` when it may patch. Keeping them pure (no logging, no patching) lets the
-tests drive them with monkeypatched versions and look-alike functions.
+tests drive them with monkeypatched versions and look-alike objects. The checks are
+the same for every kernel; what each kernel's vLLM object must look like is its
+:class:`Signature`, declared in ``dsv4_vllm/kernels/<name>.py``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 SWITCH_VARIABLE = "DSV4_POLICY"
@@ -19,43 +22,10 @@ _ON = frozenset({"", "1", "on", "true", "yes"})
 SUPPORTED_SERIES = "0.33"
 _SUPPORTED_VERSION = re.compile(r"^0\.33\.\d+(?![0-9])")
 
-TARGET_MODULE = "vllm.models.deepseek_v4.sparse_mla"
-TARGET_FUNCTION = "build_c128a_topk_metadata"
-BUILDER_CLASS = "DeepseekV4SparseMLAMetadataBuilder"
-
-_REQUIRED = inspect.Parameter.empty
-EXPECTED_PARAMETERS: tuple[tuple[str, Any], ...] = (
-    ("positions", _REQUIRED),
-    ("compress_ratio", _REQUIRED),
-    ("num_decode_tokens", _REQUIRED),
-    ("token_to_req_indices", _REQUIRED),
-    ("block_table", _REQUIRED),
-    ("block_size", _REQUIRED),
-    ("slot_mapping", _REQUIRED),
-    ("global_decode_buffer", _REQUIRED),
-    ("decode_lens_buffer", _REQUIRED),
-    ("prefill_buffer", _REQUIRED),
-    ("max_compressed_tokens", 8192),
-)
-"""``build_c128a_topk_metadata`` in vLLM 0.33.x: names, order and defaults."""
-
-EXPECTED_BUILDER_INIT = ("self", "kv_cache_spec", "layer_names", "vllm_config", "device")
-"""``DeepseekV4SparseMLAMetadataBuilder.__init__`` in vLLM 0.33.x, for the warm-up hook."""
-
-
-SWA_TARGET_MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
-SWA_TARGET_OBJECT = "_COMPUTE_SWA_INDICES_AND_LENS_KERNEL"
-SWA_BUILDER_CLASS = "DeepseekSparseSWAMetadataBuilder"
-SWA_EXPECTED_PARAMETERS: tuple[tuple[str, Any, inspect._ParameterKind], ...] = (
-    *((name, _REQUIRED, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in (
-        "swa_indices", "swa_lens", "window_size", "index_width", "left_visible",
-        "right_visible", "query_start_loc", "seq_lens", "token_to_req_indices",
-        "is_valid_token", "block_table", "block_size", "replay_start")),
-    ("num_tokens", _REQUIRED, inspect.Parameter.KEYWORD_ONLY),
-    ("token_offset", _REQUIRED, inspect.Parameter.KEYWORD_ONLY),
-    ("has_image", False, inspect.Parameter.KEYWORD_ONLY),
-)
-"""``ComputeSWAIndicesAndLensKernel.__call__`` in vLLM 0.33.x (without ``self``)."""
+REQUIRED = inspect.Parameter.empty
+"""The default of a parameter without one, in :attr:`Signature.parameters`."""
+POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
 def switch_off_reason(environ: Mapping[str, str]) -> str | None:
@@ -72,10 +42,10 @@ def switch_off_reason(environ: Mapping[str, str]) -> str | None:
     if value in _ON:
         return None
     if value in _OFF:
-        return f"{SWITCH_VARIABLE}={raw} turns the C128A launch policy off"
+        return f"{SWITCH_VARIABLE}={raw} turns every dsv4 launch policy off"
     return (
         f"{SWITCH_VARIABLE}={raw!r} is not understood (accepted: 0/off/false/no to turn "
-        "the policy off, 1/on/true/yes or unset to turn it on), so the policy stays off"
+        "the policies off, 1/on/true/yes or unset to turn them on), so they stay off"
     )
 
 
@@ -96,56 +66,44 @@ def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
         return None
 
 
-def signature_reason(fn: Callable[..., Any]) -> str | None:
-    """Why ``fn`` does not look like vLLM 0.33's ``build_c128a_topk_metadata``, or ``None``.
+@dataclass(frozen=True)
+class Signature:
+    """What a vLLM object must look like before its stand-in replaces it.
 
-    Names, order, kind (all positional-or-keyword) and defaults must match: the
-    wrapper reads arguments by position and by name, so any drift could make it
-    read the wrong value.
+    A stand-in reads vLLM's call by position and by name, so any drift in names,
+    order, kinds or defaults could make it read the wrong value: the object must match
+    exactly, and also have every callable in ``attributes`` (vLLM's own API on it that
+    the stand-in forwards).
     """
-    params = _parameters(fn)
-    if params is None:
-        return f"{TARGET_MODULE}.{TARGET_FUNCTION} has no readable signature"
-    got = [(p.name, p.default) for p in params]
-    kinds_ok = all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params)
-    if got != list(EXPECTED_PARAMETERS) or not kinds_ok:
-        shown = ", ".join(str(p) for p in params)
-        wanted = ", ".join(
-            n if d is _REQUIRED else f"{n}={d!r}" for n, d in EXPECTED_PARAMETERS
-        )
-        return (
-            f"{TARGET_MODULE}.{TARGET_FUNCTION} has the signature ({shown}); "
-            f"the plugin expects ({wanted})"
-        )
-    return None
+
+    parameters: tuple[tuple[str, Any, inspect._ParameterKind], ...]
+    """``(name, default or REQUIRED, kind)`` in call order (without ``self``)."""
+    attributes: tuple[str, ...] = ()
+
+    def expected(self) -> inspect.Signature:
+        return inspect.Signature([inspect.Parameter(name, kind, default=default)
+                                  for name, default, kind in self.parameters])
+
+    def reason(self, obj: object, where: str) -> str | None:
+        """Why ``obj`` (found at ``where``) is not the expected object, or ``None``."""
+        if not callable(obj) or not all(callable(getattr(obj, a, None))
+                                        for a in self.attributes):
+            extra = f" with {', '.join(self.attributes)}" if self.attributes else ""
+            return f"{where} is not a callable{extra}"
+        params = _parameters(obj)
+        if params is None:
+            return f"{where} has no readable signature"
+        if [(p.name, p.default, p.kind) for p in params] != list(self.parameters):
+            return (f"{where} has the signature {inspect.Signature(params)}; the plugin "
+                    f"expects {self.expected()}")
+        return None
 
 
-def swa_signature_reason(kernel: object) -> str | None:
-    """Why ``kernel`` does not look like vLLM 0.33's SWA indices-and-lens object, or ``None``.
-
-    The wrapper passes the 13 positional arguments and the keywords through unchanged
-    and reads some by position, so names, order, kinds and defaults must all match.
-    """
-    where = f"{SWA_TARGET_MODULE}.{SWA_TARGET_OBJECT}"
-    if not callable(kernel) or not callable(getattr(kernel, "register_warmup", None)):
-        return f"{where} is not a callable kernel object with register_warmup"
-    params = _parameters(kernel)  # type: ignore[arg-type]
-    if params is None:
-        return f"{where} has no readable call signature"
-    got = [(p.name, p.default, p.kind) for p in params]
-    if got != list(SWA_EXPECTED_PARAMETERS):
-        shown = ", ".join(str(p) for p in params)
-        return f"{where} is called as ({shown}); the plugin expects vLLM 0.33.0's arguments"
-    return None
-
-
-def builder_init_reason(init: Callable[..., Any]) -> str | None:
-    """Why the metadata builder's ``__init__`` cannot carry the warm-up hook, or ``None``."""
+def builder_init_reason(init: Callable[..., Any], where: str,
+                        expected: tuple[str, ...]) -> str | None:
+    """Why a metadata builder's ``__init__`` cannot carry the warm-up hook, or ``None``."""
     params = _parameters(init)
     names = tuple(p.name for p in params) if params is not None else None
-    if names != EXPECTED_BUILDER_INIT:
-        return (
-            f"{TARGET_MODULE}.{BUILDER_CLASS}.__init__ takes {names}; the warm-up hook "
-            f"expects {EXPECTED_BUILDER_INIT}"
-        )
+    if names != expected:
+        return f"{where}.__init__ takes {names}; the warm-up hook expects {expected}"
     return None

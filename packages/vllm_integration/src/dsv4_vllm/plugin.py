@@ -1,4 +1,4 @@
-"""vLLM general plugin: apply the dsv4 launch policies (C128A, SWA) to DeepSeek-V4 metadata.
+"""vLLM general plugin: apply every dsv4 launch policy to DeepSeek-V4's metadata kernels.
 
 vLLM calls :func:`register` in every process it starts (API server, engine core,
 workers), through the ``vllm.general_plugins`` entry point ``dsv4``. In order it:
@@ -6,20 +6,18 @@ workers), through the ``vllm.general_plugins`` entry point ``dsv4``. In order it
 1. honours the kill switch ``DSV4_POLICY`` (``0``/``off``/``false``: nothing is
    patched, one info line);
 2. checks the installed vLLM is 0.33.x (else one warning, vLLM unchanged);
-3. imports ``vllm.models.deepseek_v4.sparse_mla`` lazily and checks the signature of
-   ``build_c128a_topk_metadata`` (else one warning, vLLM unchanged);
-4. replaces that module global with a :class:`~dsv4_vllm.dispatch.C128ADispatch`
-   and hooks the metadata builder's ``__init__`` for the start-up warm-up;
-5. the same for SWA: checks the call signature of
-   ``vllm.v1.attention.backends.mla.sparse_swa._COMPUTE_SWA_INDICES_AND_LENS_KERNEL``,
-   replaces it with a :class:`~dsv4_vllm.swa_dispatch.SWADispatch` (everything else
-   on vLLM's object, such as ``register_warmup``, still reaches vLLM's object) and
-   hooks ``DeepseekSparseSWAMetadataBuilder.__init__``; one info line of the same
-   form. The kill switch and the version check cover both.
+3. for every kernel of :mod:`dsv4_vllm.registry` (``dsv4_vllm/kernels/<name>.py``):
+   imports the vLLM module that holds the kernel's object, lazily; checks the
+   object's signature (else one warning, that kernel stays vLLM's); replaces the
+   module global with the kernel's stand-in (everything else on vLLM's object still
+   reaches vLLM's object); hooks the kernel's metadata builder's ``__init__`` for the
+   start-up warm-up; and logs one info line,
+   ``dsv4: <kernel> launch policy active on vLLM <version> (<module>.<object> patched;
+   <warm-up>; DSV4_POLICY=0 turns it off)``.
 
-It is idempotent: a second call in the same process changes nothing. Importing
-this module is cheap (no torch, no vLLM); the heavy imports happen in
-:func:`register`, after the kill switch and the version check.
+It is idempotent: a second call in the same process changes nothing. Importing this
+module is cheap (no torch, no vLLM); the heavy imports happen in :func:`register`,
+after the kill switch and the version check. No kernel is named here.
 """
 
 from __future__ import annotations
@@ -29,16 +27,18 @@ import os
 import threading
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dsv4_vllm import guard
 from dsv4_vllm._log import logger
 
 if TYPE_CHECKING:
-    from dsv4_vllm.dispatch import C128ADispatch
-    from dsv4_vllm.swa_dispatch import SWADispatch
+    from dsv4_vllm.dispatch import Dispatch
+    from dsv4_vllm.registry import Target
 
 _LOCK = threading.Lock()
+FIRST_HIT = "warm-up on first hit"
+AT_START_UP = "warm-up at metadata-builder start-up"
 
 
 def installed_vllm_version() -> str:
@@ -48,21 +48,27 @@ def installed_vllm_version() -> str:
     return str(vllm.__version__)
 
 
-def _target_module() -> ModuleType:
-    return importlib.import_module(guard.TARGET_MODULE)
+def _import(module: str) -> ModuleType:
+    return importlib.import_module(module)
 
 
-def active_dispatch() -> C128ADispatch | None:
-    """The installed dispatcher, or ``None`` when vLLM's function is unpatched."""
-    from dsv4_vllm.dispatch import C128ADispatch
+def _targets() -> Mapping[str, Target]:
+    from dsv4_vllm import registry
 
-    module = _target_module()
-    current = getattr(module, guard.TARGET_FUNCTION, None)
-    return current if isinstance(current, C128ADispatch) else None
+    return registry.targets()
+
+
+def active(name: str) -> Dispatch | None:
+    """Kernel ``name``'s installed stand-in, or ``None`` when vLLM's object is unpatched."""
+    from dsv4_vllm import registry
+
+    target = registry.get(name)
+    current = getattr(_import(target.module), target.attribute, None)
+    return current if isinstance(current, target.dispatch) else None
 
 
 def register(environ: Mapping[str, str] | None = None) -> bool:
-    """Install the patch if allowed; return whether it is installed afterwards."""
+    """Install every registered patch that is allowed; whether all are installed."""
     environ = os.environ if environ is None else environ
     with _LOCK:
         reason = guard.switch_off_reason(environ)
@@ -78,140 +84,87 @@ def register(environ: Mapping[str, str] | None = None) -> bool:
         if reason is not None:
             logger.warning("dsv4: %s; vLLM runs unchanged", reason)
             return False
-        installed = _register_c128a(version)
-        _register_swa(version)
-        return installed
+        try:
+            targets = _targets()
+        except ImportError as exc:
+            logger.warning("dsv4: the plugin's kernels cannot be imported (%s); vLLM runs "
+                           "unchanged", exc)
+            return False
+        installed = [_register(target, version) for target in targets.values()]
+        return all(installed)
 
 
-def _register_c128a(version: str) -> bool:
-    """Patch ``build_c128a_topk_metadata``; whether it is patched afterwards."""
+def _register(target: Target, version: str) -> bool:
+    """Patch one kernel's vLLM object; whether it is patched afterwards."""
     try:
-        module = _target_module()
+        module = _import(target.module)
     except ImportError as exc:
-        logger.warning(
-            "dsv4: cannot import %s (%s); vLLM runs unchanged", guard.TARGET_MODULE, exc
-        )
+        logger.warning("dsv4: cannot import %s (%s); vLLM's %s kernel runs unchanged",
+                       target.module, exc, target.label)
         return False
-    from dsv4_vllm.dispatch import C128ADispatch
-
-    current = getattr(module, guard.TARGET_FUNCTION, None)
-    if isinstance(current, C128ADispatch):
-        logger.debug("dsv4: already registered in this process")
+    current = getattr(module, target.attribute, None)
+    if isinstance(current, target.dispatch):
+        logger.debug("dsv4: %s already registered in this process", target.label)
         return True
-    reason = (
-        f"{guard.TARGET_MODULE} has no {guard.TARGET_FUNCTION}"
-        if current is None
-        else guard.signature_reason(current)
-    )
+    reason = (f"{target.module} has no {target.attribute}" if current is None
+              else target.signature.reason(current, target.where))
     if reason is not None:
-        logger.warning("dsv4: %s; vLLM runs unchanged", reason)
+        logger.warning("dsv4: %s; vLLM's %s kernel runs unchanged", reason, target.label)
         return False
-    dispatch = C128ADispatch(current)
-    setattr(module, guard.TARGET_FUNCTION, dispatch)
-    warmup_note = _hook_warmup(module, dispatch)
+    dispatch = target.dispatch(current)
+    setattr(module, target.attribute, dispatch)
     logger.info(
-        "dsv4: C128A launch policy active on vLLM %s (%s.%s patched; %s; "
-        "DSV4_POLICY=0 turns it off)",
-        version,
-        guard.TARGET_MODULE,
-        guard.TARGET_FUNCTION,
-        warmup_note,
+        "dsv4: %s launch policy active on vLLM %s (%s patched; %s; DSV4_POLICY=0 turns it "
+        "off)", target.label, version, target.where, _hook_warmup(module, target, dispatch),
     )
     return True
 
 
-def _swa_module() -> ModuleType:
-    return importlib.import_module(guard.SWA_TARGET_MODULE)
+def _hook_warmup(module: ModuleType, target: Target, dispatch: Any) -> str:
+    """Hook the kernel's builder for the start-up warm-up; how its tiles get warmed."""
+    from dsv4_vllm import hook
 
-
-def active_swa_dispatch() -> SWADispatch | None:
-    """The installed SWA dispatcher, or ``None`` when vLLM's object is unpatched."""
-    from dsv4_vllm.swa_dispatch import SWADispatch
-
-    current = getattr(_swa_module(), guard.SWA_TARGET_OBJECT, None)
-    return current if isinstance(current, SWADispatch) else None
-
-
-def _register_swa(version: str) -> bool:
-    """Route ``_COMPUTE_SWA_INDICES_AND_LENS_KERNEL`` through the SWA policy; whether it is."""
-    where = f"{guard.SWA_TARGET_MODULE}.{guard.SWA_TARGET_OBJECT}"
-    try:
-        module = _swa_module()
-    except ImportError as exc:
-        logger.warning("dsv4: cannot import %s (%s); vLLM's SWA kernel runs unchanged",
-                       guard.SWA_TARGET_MODULE, exc)
-        return False
-    from dsv4_vllm.swa_dispatch import SWADispatch
-
-    current = getattr(module, guard.SWA_TARGET_OBJECT, None)
-    if isinstance(current, SWADispatch):
-        return True
-    reason = f"{where} is missing" if current is None else guard.swa_signature_reason(current)
-    if reason is not None:
-        logger.warning("dsv4: %s; vLLM's SWA kernel runs unchanged", reason)
-        return False
-    dispatch = SWADispatch(current)
-    setattr(module, guard.SWA_TARGET_OBJECT, dispatch)
-    from dsv4_vllm.swa_hook import hook_swa_builder_init
-
-    builder_cls = getattr(module, guard.SWA_BUILDER_CLASS, None)
-    if isinstance(builder_cls, type):
-        hook_swa_builder_init(builder_cls, dispatch)
-        warmup_note = "warm-up at metadata-builder start-up"
-    else:
-        logger.warning("dsv4: %s has no class %s; SWA tiles will be warmed on the first "
-                       "table hit", guard.SWA_TARGET_MODULE, guard.SWA_BUILDER_CLASS)
-        warmup_note = "warm-up on first hit"
-    logger.info(
-        "dsv4: SWA launch policy active on vLLM %s (%s patched; %s; DSV4_POLICY=0 turns it "
-        "off)", version, where, warmup_note,
-    )
-    return True
-
-
-def _hook_warmup(module: ModuleType, dispatch: C128ADispatch) -> str:
-    from dsv4_vllm.builder_hook import hook_builder_init
-
-    builder_cls = getattr(module, guard.BUILDER_CLASS, None)
+    builder = target.builder
+    if builder is None:
+        return FIRST_HIT
+    builder_cls = getattr(module, builder.cls, None)
     if not isinstance(builder_cls, type):
-        reason: str | None = f"{guard.TARGET_MODULE} has no class {guard.BUILDER_CLASS}"
+        reason: str | None = f"{target.module} has no class {builder.cls}"
+    elif builder.init_parameters is not None:
+        reason = guard.builder_init_reason(builder_cls.__init__, f"{target.module}.{builder.cls}",
+                                           builder.init_parameters)
     else:
-        reason = guard.builder_init_reason(builder_cls.__init__)
+        reason = None
     if reason is not None:
-        logger.warning("dsv4: %s; tiles will be warmed on the first table hit", reason)
-        return "warm-up on first hit"
-    hook_builder_init(builder_cls, dispatch)  # type: ignore[arg-type]
-    return "warm-up at metadata-builder start-up"
+        logger.warning("dsv4: %s; %s tiles will be warmed on the first table hit", reason,
+                       target.label)
+        return FIRST_HIT
+    on_ready = builder.on_ready
+    hook.hook_init(builder_cls, hook.mark(target.name), lambda built: on_ready(dispatch, built),
+                   target.label)
+    return AT_START_UP
 
 
 def unregister() -> bool:
-    """Restore vLLM's function and builder; return whether anything was restored."""
-    from dsv4_vllm.builder_hook import unhook_builder_init
-    from dsv4_vllm.dispatch import C128ADispatch
-
+    """Restore every vLLM object and builder; whether any object was restored."""
     with _LOCK:
-        module = _target_module()
-        current = getattr(module, guard.TARGET_FUNCTION, None)
-        builder_cls = getattr(module, guard.BUILDER_CLASS, None)
-        if isinstance(builder_cls, type):
-            unhook_builder_init(builder_cls)
-        swa_restored = _unregister_swa()
-        if not isinstance(current, C128ADispatch):
-            return swa_restored
-        setattr(module, guard.TARGET_FUNCTION, current.original)
-        return True
+        restored = [_unregister(target) for target in _targets().values()]
+        return any(restored)
 
 
-def _unregister_swa() -> bool:
-    from dsv4_vllm.swa_dispatch import SWADispatch
-    from dsv4_vllm.swa_hook import unhook_swa_builder_init
+def _unregister(target: Target) -> bool:
+    from dsv4_vllm import hook
 
-    module = _swa_module()
-    builder_cls = getattr(module, guard.SWA_BUILDER_CLASS, None)
-    if isinstance(builder_cls, type):
-        unhook_swa_builder_init(builder_cls)
-    current = getattr(module, guard.SWA_TARGET_OBJECT, None)
-    if not isinstance(current, SWADispatch):
+    try:
+        module = _import(target.module)
+    except ImportError:
         return False
-    setattr(module, guard.SWA_TARGET_OBJECT, current.original)
+    if target.builder is not None:
+        builder_cls = getattr(module, target.builder.cls, None)
+        if isinstance(builder_cls, type):
+            hook.unhook_init(builder_cls, hook.mark(target.name))
+    current = getattr(module, target.attribute, None)
+    if not isinstance(current, target.dispatch):
+        return False
+    setattr(module, target.attribute, current.original)
     return True

@@ -59,7 +59,7 @@ def _args(inputs: harness.Inputs) -> tuple:
 def variants(shape: harness.Shape, device: torch.device, arch: str,
              sparse_mla: object) -> dict[str, Callable[[], object]]:
     from dsv4_kernels import c128a
-    from dsv4_vllm.dispatch import C128ADispatch
+    from dsv4_vllm.kernels.c128a import C128ADispatch
 
     inputs = harness.make_inputs(shape, device)
     args = _args(inputs)

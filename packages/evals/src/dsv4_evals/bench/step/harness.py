@@ -682,23 +682,23 @@ class PluginSwitch:
     """
 
     def __init__(self, arch_of: Callable[[torch.device], str | None] | None = None) -> None:
-        from dsv4_vllm import guard, plugin
+        import importlib
+
+        from dsv4_vllm import plugin, registry
 
         self._plugin = plugin
         plugin.unregister()
-        self.targets = [(plugin._target_module(), guard.TARGET_FUNCTION),
-                        (plugin._swa_module(), guard.SWA_TARGET_OBJECT)]
+        kernels = registry.targets()
+        self.targets = [(importlib.import_module(t.module), t.attribute)
+                        for t in kernels.values()]
         self.vllm_objects = [getattr(m, n) for m, n in self.targets]
         if not plugin.register({}):
-            raise RuntimeError("dsv4_vllm.plugin.register() did not install the C128A policy "
-                               "(see the dsv4 log line for why)")
-        self.c128a = plugin.active_dispatch()
-        self.swa = plugin.active_swa_dispatch()
-        if self.swa is None:
-            raise RuntimeError("dsv4_vllm.plugin.register() did not install the SWA policy")
+            raise RuntimeError("dsv4_vllm.plugin.register() did not install every launch "
+                               "policy (see the dsv4 log lines for why)")
+        self.dispatches = {name: plugin.active(name) for name in kernels}
         if arch_of is not None:
-            self.c128a.configure(arch_of=arch_of)
-            self.swa.configure(arch_of=arch_of)
+            for dispatch in self.dispatches.values():
+                dispatch.configure(arch_of=arch_of)  # type: ignore[union-attr]
         self.plugin_objects = [getattr(m, n) for m, n in self.targets]
         self.state = "on"
 
@@ -716,8 +716,12 @@ class PluginSwitch:
         self.on() if side == "on" else self.off()
 
     def counters(self) -> dict[str, int]:
-        return {"c128a_hits": self.c128a.hits, "c128a_misses": self.c128a.misses,
-                "swa_hits": self.swa.hits, "swa_misses": self.swa.misses}
+        """``<kernel>_hits`` and ``<kernel>_misses`` of every installed stand-in."""
+        found: dict[str, int] = {}
+        for name, dispatch in self.dispatches.items():
+            found[f"{name}_hits"] = dispatch.hits  # type: ignore[union-attr]
+            found[f"{name}_misses"] = dispatch.misses  # type: ignore[union-attr]
+        return found
 
     def close(self) -> None:
         self.on()

@@ -201,8 +201,7 @@ def _events_us(fn: Callable[[], None], device: torch.device, reps: int) -> float
 @contextlib.contextmanager
 def annotated(builders: Builders) -> Iterator[None]:
     """``record_function`` ranges around each builder and each kernel call site."""
-    from dsv4_vllm.dispatch import C128ADispatch
-    from dsv4_vllm.swa_dispatch import SWADispatch
+    from dsv4_vllm import registry
     from torch.profiler import record_function
     from vllm.model_executor.warmup.jit_warmup_triton_helper import VllmTritonJitKernel
 
@@ -229,8 +228,8 @@ def annotated(builders: Builders) -> Iterator[None]:
         undo.append(lambda: setattr(cls, attr, original))
 
     wrap_class(VllmTritonJitKernel, "launch", lambda k: f"vllm.{type(k).__name__}")
-    wrap_class(C128ADispatch, "__call__", lambda d: "dsv4.C128ADispatch")
-    wrap_class(SWADispatch, "__call__", lambda d: "dsv4.SWADispatch")
+    for target in registry.targets().values():
+        wrap_class(target.dispatch, "__call__", lambda d: f"dsv4.{type(d).__name__}")
     for cls in _triton_function_classes():
         wrap_class(cls, "run", lambda f: f"triton.{_jit_name(f)}")
     try:

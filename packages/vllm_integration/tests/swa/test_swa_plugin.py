@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import torch
-from dsv4_kernels import swa_reference
-from dsv4_kernels.swa_testing import POISON, SwaCall, assert_same_outputs, make_swa_step
-from dsv4_policy import swa as policy
+from dsv4_kernels.swa import reference as swa_reference
+from dsv4_kernels.swa.testing import POISON, SwaCall, assert_same_outputs, make_swa_step
+from dsv4_policy.kernels import swa as policy
 from dsv4_vllm import plugin
-from dsv4_vllm.swa_dispatch import SWADispatch
-from dsv4_vllm.swa_hook import is_hooked
+from dsv4_vllm.hook import is_hooked, mark
+from dsv4_vllm.kernels.swa import SWADispatch
 
 
 class Spy:
@@ -64,14 +64,14 @@ def test_register_replaces_the_global_and_forwards_vllms_api(swa_module, dsv4_lo
     assert plugin.register({}) is True
     patched = swa_module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL
     assert isinstance(patched, SWADispatch) and patched.original is original
-    assert plugin.active_swa_dispatch() is patched
+    assert plugin.active("swa") is patched
     assert inspect.signature(patched) == inspect.signature(original)
     # What vLLM calls on the object reaches vLLM's own object.
     assert patched.register_warmup.__self__ is original
     assert patched.CompileKey is original.CompileKey
     assert patched.get_warmup_keys(window_size=128, block_size=64) == \
         original.get_warmup_keys(window_size=128, block_size=64)
-    assert is_hooked(swa_module.DeepseekSparseSWAMetadataBuilder.__init__)
+    assert is_hooked(swa_module.DeepseekSparseSWAMetadataBuilder.__init__, mark("swa"))
     lines = [r.getMessage() for r in dsv4_log if r.levelno == logging.INFO]
     assert any(m.startswith("dsv4: SWA launch policy active on vLLM 0.33.0 (vllm.v1.attention."
                             "backends.mla.sparse_swa._COMPUTE_SWA_INDICES_AND_LENS_KERNEL "
@@ -80,7 +80,7 @@ def test_register_replaces_the_global_and_forwards_vllms_api(swa_module, dsv4_lo
     assert plugin.register({}) is True and swa_module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL is patched
     assert plugin.unregister() is True
     assert swa_module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL is original
-    assert not is_hooked(swa_module.DeepseekSparseSWAMetadataBuilder.__init__)
+    assert not is_hooked(swa_module.DeepseekSparseSWAMetadataBuilder.__init__, mark("swa"))
 
 
 @pytest.mark.parametrize("value", ["0", "off", "False"])
@@ -100,10 +100,12 @@ def test_a_drifted_swa_signature_is_left_alone(swa_module, dsv4_log, monkeypatch
 
     drifted = Drifted()
     monkeypatch.setattr(swa_module, "_COMPUTE_SWA_INDICES_AND_LENS_KERNEL", drifted)
-    assert plugin.register({}) is True  # C128A still patched
+    assert plugin.register({}) is False  # not every kernel is patched
+    assert plugin.active("c128a") is not None  # the other kernels are
     assert swa_module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL is drifted
     warnings = [r.getMessage() for r in dsv4_log if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "the plugin expects vLLM 0.33.0's arguments" in warnings[0]
+    assert len(warnings) == 1 and "(swa_indices, swa_lens, window_size, *, num_tokens)" in warnings[0]
+    assert "the plugin expects (swa_indices," in warnings[0] and "has_image=False)" in warnings[0]
 
 
 def test_a_miss_calls_vllms_object_with_the_same_arguments(swa_module) -> None:
@@ -206,7 +208,7 @@ def test_the_builder_start_up_warms_every_swa_compile_key(swa_module) -> None:
 
 def test_the_real_warm_up_compiles_the_deployments_keys(monkeypatch) -> None:
     from dsv4_kernels import swa as kernels_swa
-    from dsv4_vllm.swa_dispatch import warm_swa_compile_keys
+    from dsv4_vllm.kernels.swa import warm_swa_compile_keys
 
     seen: list[list[tuple[int, ...]]] = []
     real = kernels_swa.warmup

@@ -1,4 +1,4 @@
-"""The object that stands in for vLLM's ``_COMPUTE_SWA_INDICES_AND_LENS_KERNEL``.
+"""SWA's vLLM target: ``_COMPUTE_SWA_INDICES_AND_LENS_KERNEL`` and its stand-in.
 
 vLLM 0.33.0's SWA metadata builder looks that module global up on every build and
 calls it twice per step (decode rows, then prefill rows). Replacing it with a
@@ -13,6 +13,11 @@ key from the arguments and either
 Everything else vLLM uses on the object (``register_warmup``, ``warmup``,
 ``compile``, ``CompileKey``, ...) is forwarded to vLLM's own object. Anything the
 wrapper cannot read with certainty is a miss. Decisions are cached per call shape.
+
+vLLM builds ``DeepseekSparseSWAMetadataBuilder`` while it sets up the KV cache, before
+CUDA graphs are captured; its constructor knows every fact the SWA compile keys depend
+on (the window, the SWA cache block size, the image tokens a prefill row may add, the
+device), so that is when :func:`warm_swa_compile_keys` runs.
 """
 
 from __future__ import annotations
@@ -23,20 +28,34 @@ from typing import Any, NamedTuple
 
 import torch
 from dsv4_kernels import swa as kernels_swa
-from dsv4_policy import swa as policy_swa
-from dsv4_policy.swa import Key, Launch, Table
+from dsv4_policy.kernels import swa as policy_swa
+from dsv4_policy.kernels.swa import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.policy_dispatch import ArchOf, PolicyDispatch, device_token
+from dsv4_vllm.dispatch import ArchOf, Dispatch, Warm
+from dsv4_vllm.guard import KEYWORD, POSITIONAL, REQUIRED, Signature
+from dsv4_vllm.registry import Builder, Target
 
 Resolver = Callable[[Key], Launch]
-Warm = Callable[..., int]
 
-POSITIONAL = 13
+MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
+OBJECT = "_COMPUTE_SWA_INDICES_AND_LENS_KERNEL"
+BUILDER_CLASS = "DeepseekSparseSWAMetadataBuilder"
+POSITIONAL_NAMES = (
+    "swa_indices", "swa_lens", "window_size", "index_width", "left_visible", "right_visible",
+    "query_start_loc", "seq_lens", "token_to_req_indices", "is_valid_token", "block_table",
+    "block_size", "replay_start")
 """``ComputeSWAIndicesAndLensKernel.__call__``'s positional arguments in vLLM 0.33.0."""
+ARITY = len(POSITIONAL_NAMES)
+SIGNATURE = Signature(
+    (*((name, REQUIRED, POSITIONAL) for name in POSITIONAL_NAMES),
+     ("num_tokens", REQUIRED, KEYWORD), ("token_offset", REQUIRED, KEYWORD),
+     ("has_image", False, KEYWORD)),
+    attributes=("register_warmup",),
+)
+"""``ComputeSWAIndicesAndLensKernel.__call__`` in vLLM 0.33.x (without ``self``): the
+wrapper passes the arguments through unchanged and reads some by position."""
 KEYWORDS = frozenset({"num_tokens", "token_offset", "has_image"})
-_CACHE_LIMIT = 4096
-_UNSET: Any = object()
 
 
 def warm_swa_compile_keys(
@@ -72,10 +91,11 @@ class Decision(NamedTuple):
     """A table hit for one call shape: the launch and what its warm-up is keyed by."""
 
     launch: Launch
-    warm_token: tuple[Any, ...] | None
+    arch: str
+    deployment: tuple[int, int, int]
 
 
-class SWADispatch(PolicyDispatch):
+class SWADispatch(Dispatch):
     """Drop-in for vLLM's SWA indices-and-lens kernel object: table hits run dsv4's kernel.
 
     ``resolve`` (``Key -> Launch``), ``arch_of`` (``torch.device -> "smXY" | None``) and
@@ -84,6 +104,8 @@ class SWADispatch(PolicyDispatch):
     """
 
     policy = policy_swa
+    label = "SWA"
+    deployment_fields = ("window_size", "block_size", "max_image_tokens")
     default_warm = staticmethod(warm_swa_compile_keys)
 
     def __init__(
@@ -120,45 +142,17 @@ class SWADispatch(PolicyDispatch):
         self._decisions.clear()
         arch = self.arch_of(device)
         if arch is not None:
-            self.warm_once(arch, window_size, block_size, max_image_tokens, device)
-
-    def warm_once(self, arch: str, window_size: int, block_size: int, max_image_tokens: int,
-                  device: torch.device) -> bool:
-        """Warm one deployment unless done; ``False`` (and the patch off) if it failed."""
-        token = (arch, window_size, block_size, max_image_tokens, device_token(device))
-        if token in self._warmed:
-            return True
-        try:
-            self._warm(arch, window_size, block_size, max_image_tokens, device,
-                       table=self.table)
-        except Exception:
-            logger.warning(
-                "dsv4 warm-up failed for %s, window_size=%d, block_size=%d on %s; SWA "
-                "metadata falls back to vLLM's own kernel for the rest of this process",
-                arch, window_size, block_size, device, exc_info=True,
-            )
-            self.enabled = False
-            return False
-        self._warmed.add(token)
-        return True
+            self.warm_once(arch, (window_size, block_size, max_image_tokens), device)
 
     # -- per call ---------------------------------------------------------------------
 
     def decide(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Decision | None:
         """A hit's launch, or ``None`` for a miss; cached by the call's shape."""
         try:
-            indices = args[0]
-            shape = (indices.get_device(), args[2], args[3], args[11],
-                     kwargs.get("has_image", False), kwargs["num_tokens"])
-            decision = self._decisions.get(shape, _UNSET)
+            shape = self._shape(args, kwargs)
         except Exception:
             return None
-        if decision is _UNSET:
-            decision = self._decide_uncached(indices.device, *shape[1:])
-            if len(self._decisions) >= _CACHE_LIMIT:
-                self._decisions.clear()
-            self._decisions[shape] = decision
-        return decision  # type: ignore[no-any-return]
+        return self.cached(shape, lambda: self._decide_uncached(args[0].device, *shape[1:]))
 
     def _decide_uncached(self, device: torch.device, window_size: Any, index_width: Any,
                          block_size: Any, has_image: Any, num_tokens: Any) -> Decision | None:
@@ -181,14 +175,14 @@ class SWADispatch(PolicyDispatch):
         if image is None:
             # Not recorded at start-up: warm as for a deployment whose rows are this wide.
             image = max(index_width - window_size, 0)
-        warm = (arch, window_size, block_size, image, device)
-        return Decision(launch, warm)
+        return Decision(launch, arch, (window_size, block_size, image))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if (self.enabled and len(args) == POSITIONAL and kwargs.keys() <= KEYWORDS
+        if (self.enabled and len(args) == ARITY and kwargs.keys() <= KEYWORDS
                 and "num_tokens" in kwargs and "token_offset" in kwargs):
             decision = self.decide(args, kwargs)
-            if decision is not None and self._ready(args[0], decision):
+            if decision is not None and self.warm_lazily(args[0], decision.arch,
+                                                         decision.deployment):
                 launch = decision.launch
                 try:
                     result = kernels_swa.compute_swa_indices_and_lens(
@@ -198,7 +192,7 @@ class SWADispatch(PolicyDispatch):
                     # Refused before anything was written: upstream decides what it means.
                     logger.warning("dsv4: the SWA kernel refused a call vLLM made; this "
                                    "call shape uses vLLM's kernel from now on", exc_info=True)
-                    self._decisions[self._shape(args, kwargs)] = None
+                    self.forget(self._shape(args, kwargs))
                 else:
                     self.hits += 1
                     return result
@@ -210,14 +204,19 @@ class SWADispatch(PolicyDispatch):
         return (args[0].get_device(), args[2], args[3], args[11],
                 kwargs.get("has_image", False), kwargs["num_tokens"])
 
-    def _ready(self, indices: torch.Tensor, decision: Decision) -> bool:
-        """Whether the hit's binaries are warm (warming them lazily, outside graph capture)."""
-        token = decision.warm_token
-        if not self.lazy_warmup or token is None:
-            return True
-        arch, window_size, block_size, image, device = token
-        if (arch, window_size, block_size, image, device_token(device)) in self._warmed:
-            return True
-        if indices.is_cuda and torch.cuda.is_current_stream_capturing():
-            return True
-        return self.warm_once(arch, window_size, block_size, image, device)
+
+def _on_builder_ready(dispatch: SWADispatch, builder: Any) -> None:
+    dispatch.on_builder_ready(builder.window_size, builder.block_size,
+                              int(getattr(builder, "max_image_tokens", 0)),
+                              builder.decode_swa_indices.device)
+
+
+TARGET = Target(
+    name="swa",
+    label="SWA",
+    module=MODULE,
+    attribute=OBJECT,
+    signature=SIGNATURE,
+    dispatch=SWADispatch,
+    builder=Builder(BUILDER_CLASS, _on_builder_ready),
+)

@@ -15,8 +15,8 @@ import pytest
 import torch
 import triton
 from c128a_batches import table_toml, vllm_width
-from dsv4_kernels import reference
-from dsv4_policy import c128a as policy
+from dsv4_kernels.c128a import reference
+from dsv4_policy.kernels import c128a as policy
 from dsv4_vllm import plugin
 from vllm_steps import builder as _builder
 from vllm_steps import step as _step
@@ -38,7 +38,7 @@ def vllm_path(pristine, monkeypatch):
     pristine.build_c128a_topk_metadata = spy
     monkeypatch.setattr(pristine, "triton", triton)  # vLLM's CPU placeholder lacks it
     assert plugin.register({}) is True
-    dispatch = plugin.active_dispatch()
+    dispatch = plugin.active("c128a")
     warmed: list[tuple[Any, ...]] = []
 
     def warm(arch: str, max_model_len: int, device: Any, *, table: Any) -> int:

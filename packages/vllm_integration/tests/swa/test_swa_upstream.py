@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsv4_kernels import swa, swa_reference
-from dsv4_kernels.swa_testing import assert_same_outputs, make_swa_step
+from dsv4_kernels import swa
+from dsv4_kernels.swa import reference as swa_reference
+from dsv4_kernels.swa.testing import assert_same_outputs, make_swa_step
 
 START = '@triton.jit(\n    do_not_specialize=[\n        "swa_indices_stride",'
 END = "class ComputeSWAIndicesAndLensKernel"

@@ -17,12 +17,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from dsv4_kernels import swa as kernels_swa
-from dsv4_kernels.swa_testing import POISON, SwaCall, SwaStep, make_swa_step
-from dsv4_policy import swa as policy
+from dsv4_kernels.swa.testing import POISON, SwaCall, SwaStep, make_swa_step
 from dsv4_policy.conditions import Range
+from dsv4_policy.kernels import swa as policy
 from dsv4_vllm import plugin
 from dsv4_vllm.arch import DeviceArch
-from dsv4_vllm.swa_dispatch import SWADispatch
+from dsv4_vllm.kernels.swa import SWADispatch
 
 pytestmark = pytest.mark.gpu
 

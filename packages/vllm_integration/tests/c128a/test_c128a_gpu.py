@@ -16,11 +16,11 @@ import pytest
 import torch
 from c128a_batches import Batch, make_batch, table_toml, vllm_width
 from dsv4_kernels import c128a as kernels
-from dsv4_kernels import reference
-from dsv4_policy import c128a as policy
+from dsv4_kernels.c128a import reference
+from dsv4_policy.kernels import c128a as policy
 from dsv4_vllm import plugin
 from dsv4_vllm.arch import DeviceArch
-from dsv4_vllm.dispatch import C128ADispatch
+from dsv4_vllm.kernels.c128a import C128ADispatch
 
 pytestmark = pytest.mark.gpu
 
@@ -100,7 +100,7 @@ def test_patched_equals_vllms_original_on_hits_and_misses(sparse_mla) -> None:
 def test_registered_plugin_through_vllms_module_global(pristine) -> None:
     original = pristine.build_c128a_topk_metadata
     assert plugin.register({}) is True
-    dispatch = plugin.active_dispatch()
+    dispatch = plugin.active("c128a")
     dispatch.configure(table=_table(_arch(), [(4, 256, 2, True)]))
     for batch in _batches(seed=77, count=10):
         ours, theirs = batch.fresh_buffers(), batch.fresh_buffers()
@@ -202,7 +202,7 @@ def test_through_vllms_builder_on_the_gpu(pristine, dsv4_log) -> None:
 
     original = pristine.build_c128a_topk_metadata
     assert plugin.register({}) is True
-    dispatch = plugin.active_dispatch()
+    dispatch = plugin.active("c128a")
     arch = _arch()
     dispatch.configure(table=_table(arch, [(4, 256, 2, True), (2, 128, 4, True)]))
     mml = 100_000

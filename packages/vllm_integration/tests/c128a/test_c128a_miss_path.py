@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 from c128a_batches import Batch, make_batch, table_toml
-from dsv4_policy import c128a as policy
+from dsv4_policy.kernels import c128a as policy
 from dsv4_vllm import plugin
-from dsv4_vllm.dispatch import C128ADispatch
+from dsv4_vllm.kernels.c128a import C128ADispatch
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from c128a_batches import table_toml
 from dsv4_kernels import c128a as kernels
-from dsv4_policy import c128a as policy
-from dsv4_vllm import warmup
+from dsv4_policy.kernels import c128a as policy
+from dsv4_vllm.kernels import c128a as warmup
 
 
 @pytest.mark.parametrize("arch", ["sm90", "sm86", "sm120"])
