@@ -365,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, required=True,
                         help="where to write every measurement and the table")
     parser.add_argument("--write", action="store_true",
-                        help=f"replace {TABLE.relative_to(REPO)} with the tuned table")
+                        help="replace the shipped compressed_slot_mapping.toml with the "
+                             "tuned table")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random-points", type=int, default=6)
     parser.add_argument("--margin", type=float, default=1.02,
