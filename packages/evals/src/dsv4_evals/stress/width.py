@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsv4_policy.c128a import Key, active_width, capacity
+from dsv4_policy.kernels.c128a import Key, active_width, capacity
 
 COMPRESS_RATIO = 128  # C128A
 
