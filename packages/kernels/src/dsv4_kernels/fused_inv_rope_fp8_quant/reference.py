@@ -180,7 +180,7 @@ def fused_inv_rope_fp8_quant(
     scales = block_scales(x, quant_group_size)
     q = pre_cast(x, scales, quant_group_size).to(torch.float8_e4m3fn)
     out_buf.copy_(q.reshape(num_tokens, n_groups, d).transpose(0, 1))
-    rows = scales.reshape(num_tokens, n_groups, -1)
+    rows = scales.reshape(num_tokens, n_groups, d // quant_group_size)
     if tma_aligned_scales:
         rows = pack_ue8m0(rows)
     _, view = scale_buffer(rows, n_groups, num_tokens)
