@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from dsv4_evals.bench import floors, timing
+from dsv4_evals.bench import floors, plots, timing
 from dsv4_evals.bench.floors import md_table, progress
 from dsv4_evals.bench.registry import ReportContext, Section
 
@@ -143,33 +143,13 @@ def measure(shapes: list, device: torch.device, arch: str, machine: dict) -> lis
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, phase in zip(axes, ("prefill", "decode"), strict=True):
-        sel = sorted((r for r in rows if r["phase"] == phase and r["context"] == 32768),
-                     key=lambda r: r["tokens"])
-        if not sel:
-            continue
-        tokens = [r["tokens"] for r in sel]
-        for label, style in (("capacity", "s--"), ("baseline", "o-"), ("table", "^-")):
-            ax.plot(tokens, [r[f"{label}_graph_us"] for r in sel], style, label=label)
-        ax.plot(tokens, [r["graph_ideal_us"] for r in sel], "k:",
-                label="empty launch + write floor")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("tokens")
-        ax.set_ylabel("µs per launch (CUDA-graph replay median)")
-        ax.set_title(f"{phase}, context 32768, capacity 8192")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """The capacity, baseline and table launches at context 32768 (capacity 8192)."""
+    plots.phases(rows, path, title,
+                 [("capacity_graph_us", "s--", "capacity"), ("baseline_graph_us", "o-", "baseline"),
+                  ("table_graph_us", "^-", "table"),
+                  ("graph_ideal_us", "k:", "empty launch + write floor")],
+                 xlabel="tokens", panel_title=lambda p: f"{p}, context 32768, capacity 8192",
+                 keep=lambda r: r["context"] == 32768)
 
 
 # ----------------------------------------------------------------------------- output

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from dsv4_evals.bench import timing
+from dsv4_evals.bench import plots, timing
 from dsv4_evals.bench.floors import md_table
 from dsv4_evals.bench.registry import ReportContext, Section
 from dsv4_evals.bench.swa import harness as h
@@ -50,29 +50,12 @@ def measure(device: torch.device, arch: str) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, phase in zip(axes, ("prefill", "decode"), strict=True):
-        sel = sorted((r for r in rows if r["phase"] == phase), key=lambda r: r["tokens"])
-        tokens = [r["tokens"] for r in sel]
-        ax.plot(tokens, [r["upstream_us"] for r in sel], "o-", label="vLLM 0.33.0")
-        ax.plot(tokens, [r["table_us"] for r in sel], "^-", label="table")
-        ax.plot(tokens, [r["ideal_us"] for r in sel], "k:", label="empty launch + write floor")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("rows (tokens)")
-        ax.set_ylabel("µs per launch (CUDA-graph replay median)")
-        ax.set_title(f"SWA {phase}, window 128, 64-token blocks")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    """vLLM 0.33.0's launch and the table's, with the floor."""
+    plots.phases(rows, path, title,
+                 [("upstream_us", "o-", "vLLM 0.33.0"), ("table_us", "^-", "table"),
+                  ("ideal_us", "k:", "empty launch + write floor")],
+                 xlabel="rows (tokens)",
+                 panel_title=lambda p: f"SWA {p}, window 128, 64-token blocks")
 
 
 def cpu_section(ctx: ReportContext) -> Section | None:
