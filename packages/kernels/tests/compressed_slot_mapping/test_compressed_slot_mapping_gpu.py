@@ -145,6 +145,8 @@ def test_no_compile_after_warmup_whatever_the_batch(cuda: torch.device) -> None:
     launches = 0
     for seed in range(10):
         call = random_step(200 + seed, cuda, max_tokens=[50, 3000][seed % 2])
+        if seed % 3 == 0:
+            call.slot_mapping = call.slot_mapping.to(torch.int32)
         for tpp, warps in TILES:
             call.run(launch.get_compressed_slot_mapping, tokens_per_program=tpp,
                      num_warps=warps)
@@ -154,7 +156,9 @@ def test_no_compile_after_warmup_whatever_the_batch(cuda: torch.device) -> None:
         launches += 1
     torch.cuda.synchronize(cuda)
     assert launch.compile_count() == compiled
-    assert compiled >= len(TILES)
+    # Two binaries per tile: int64 slots (the builders) and int32 (the indexer's draft
+    # update passes an arange).
+    assert compiled >= 2 * len(TILES)
     # After warm-up every launch took the direct path (where Triton allows it here).
     if launch._LAUNCHER.enabled:
         assert launch.direct_launches() - direct == launches

@@ -24,7 +24,10 @@ truncating division and remainder, an int64 slot id), so outputs are bit-identic
 
 The only constexpr is ``TOKENS_PER_PROGRAM``; every pointer and scalar is in
 ``do_not_specialize``, so the compile key is ``(tokens_per_program, num_warps)`` and a
-new batch, block size, compress ratio or buffer reuses the binary already built.
+new batch, block size, compress ratio or buffer reuses the binary already built. Triton
+still keys a binary by its pointers' element types: ``slot_mapping`` is int64 or int32
+(every other tensor has one dtype), so a tile has two binaries, and
+:func:`~dsv4_kernels.compressed_slot_mapping.launch.warmup` builds both.
 """
 
 from __future__ import annotations

@@ -43,12 +43,14 @@ from dsv4_kernels.compressed_slot_mapping import kernel as _k
 from dsv4_kernels.compressed_slot_mapping.checks import (
     FN,
     KERNEL_FN,
+    SLOT_DTYPES,
     check_inputs,
     check_tile,
 )
 
 CompileKey = tuple[int, int]
-"""(tokens_per_program, num_warps): what selects one binary."""
+"""(tokens_per_program, num_warps): what selects a tile's binaries (two: one per
+``slot_mapping`` dtype, both built by :func:`warmup`)."""
 BASELINE_TILE: CompileKey = (1024, 4)
 """vLLM 0.33.0's launch shape: 1024 lanes per program, 4 warps."""
 
@@ -188,19 +190,23 @@ def compressed_slot_mapping_kernel(
 def compile_count() -> int:
     """Binaries of this kernel the Triton JIT has built or loaded in this process.
 
-    A launch whose tile was not seen before on its device adds one; a new batch, block
-    size, compress ratio, DCP layout or buffer does not. 0 under the interpreter.
+    A launch whose tile (or ``slot_mapping`` dtype) was not seen before on its device
+    adds one; a new batch, block size, compress ratio, DCP layout or buffer does not.
+    0 under the interpreter.
     """
     return _k.compiled_binaries()
 
 
 def warmup(configs: Iterable[CompileKey], device: torch.device | str) -> int:
-    """Build the binary of every ``(tokens_per_program, num_warps)`` tile on ``device``.
+    """Build the binaries of every ``(tokens_per_program, num_warps)`` tile on ``device``.
 
-    Each tile is launched once on tiny real buffers (two requests, one of them needing
-    the search), the same specialisation as every later launch. Returns how many
-    binaries were new to this process (0 under the interpreter). Raises ``ValueError``
-    on an invalid tile before launching anything.
+    A tile has two binaries, one per ``slot_mapping`` dtype (int64, as the builders pass
+    the step's slots; int32, as the indexer's draft-decode update passes its arange):
+    Triton keys a binary by its pointers' element types. Each tile is launched once
+    with each, on tiny real buffers (two requests, one of them needing the search): the
+    same specialisation as every later launch. Returns how many binaries were new to
+    this process (0 under the interpreter). Raises ``ValueError`` on an invalid tile
+    before launching anything.
     """
     tiles = [tuple(config) for config in configs]
     for tile in tiles:
@@ -211,14 +217,15 @@ def warmup(configs: Iterable[CompileKey], device: torch.device | str) -> int:
     device = torch.device(device)
     ints = dict(dtype=torch.int32, device=device)
     before = compile_count()
-    slots = torch.arange(5, dtype=torch.int64, device=device)
     qsl = torch.tensor([0, 3, 5], **ints)
     seq = torch.tensor([7, 9], **ints)
     table = torch.arange(8, **ints).reshape(2, 4)
     for tpp, warps in dict.fromkeys(tiles):
-        out = torch.empty(8, dtype=torch.int64, device=device)
-        get_compressed_slot_mapping(5, slots, qsl, seq, table, 2, 4, out,
-                                    tokens_per_program=tpp, num_warps=warps)
+        for dtype in SLOT_DTYPES:
+            out = torch.empty(8, dtype=torch.int64, device=device)
+            get_compressed_slot_mapping(5, torch.arange(5, dtype=dtype, device=device), qsl,
+                                        seq, table, 2, 4, out, tokens_per_program=tpp,
+                                        num_warps=warps)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return compile_count() - before

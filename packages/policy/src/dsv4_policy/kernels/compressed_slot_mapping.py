@@ -33,7 +33,7 @@ from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
 
 NAME = "compressed_slot_mapping"
 CompileKey = tuple[int, int]
-"""(tokens_per_program, num_warps): what selects one binary."""
+"""(tokens_per_program, num_warps): what selects a tile (warm-up builds its binaries)."""
 TILE_FIELDS = ("tokens_per_program", "num_warps")
 MIN_TOKENS = 16
 MAX_TOKENS = 8192
@@ -154,7 +154,8 @@ class Launch:
     source: str
 
     def compile_key(self) -> CompileKey:
-        """(tokens_per_program, num_warps): one binary."""
+        """(tokens_per_program, num_warps): one tile, warmed as a unit (the kernel builds
+        one binary per slot_mapping dtype for it)."""
         return (self.tokens_per_program, self.num_warps)
 
 
