@@ -87,21 +87,24 @@ def attention_output(num_tokens: int, num_heads: int, head_dim: int = HEAD_DIM, 
                      dtype: torch.dtype = torch.bfloat16,
                      quant_group_size: int = 128) -> torch.Tensor:
     """Seeded ``o``: magnitudes 1e-3..1e2 per (token, head), ~0.5% outliers x50..x3000,
-    and ~6% of the 128-lane blocks all zero (at least one when there are 8 or more)."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn((num_tokens, num_heads, head_dim), generator=g)
-    mag = 10.0 ** (torch.rand((num_tokens, num_heads, 1), generator=g) * 5 - 3)
+    and ~6% of the 128-lane blocks all zero (at least one when there are 8 or more).
+    Generated on ``device`` (a seed gives other values on the GPU than on the CPU)."""
+    device = torch.device(device)
+    g = torch.Generator(device=device).manual_seed(seed)
+    on = dict(generator=g, device=device)
+    x = torch.randn((num_tokens, num_heads, head_dim), **on)
+    mag = 10.0 ** (torch.rand((num_tokens, num_heads, 1), **on) * 5 - 3)
     x = x * mag
-    outlier = torch.rand(x.shape, generator=g) < 0.005
-    boost = 50.0 + torch.rand(x.shape, generator=g) * 2950.0
+    outlier = torch.rand(x.shape, **on) < 0.005
+    boost = 50.0 + torch.rand(x.shape, **on) * 2950.0
     x = torch.where(outlier, x * boost, x)
     chunks = max(head_dim // quant_group_size, 1)
     blocks = x.reshape(num_tokens, num_heads, chunks, -1)
-    zero = torch.rand((num_tokens, num_heads, chunks, 1), generator=g) < 0.06
+    zero = torch.rand((num_tokens, num_heads, chunks, 1), **on) < 0.06
     if zero.numel() >= 8 and not zero.any():
-        zero.view(-1)[int(torch.randint(zero.numel(), (1,), generator=g))] = True
+        zero.view(-1)[int(torch.randint(zero.numel(), (1,), **on))] = True
     blocks = torch.where(zero, 0.0, blocks)
-    return blocks.reshape(num_tokens, num_heads, head_dim).to(dtype).to(device)
+    return blocks.reshape(num_tokens, num_heads, head_dim).to(dtype)
 
 
 def positions(num_tokens: int, *, seed: int, max_position: int = MAX_POSITION,
