@@ -82,8 +82,8 @@ def section(device: torch.device, arch: str, out: Path, gpu: str,
                       "yes" if r["identical"] else "NO"] for r in rows]),
              "\n![SWA](swa.png)\n"]
     bench = artifacts / "bench-swa.json"
-    if bench.is_file():
-        steps = json.loads(bench.read_text()).get("per_step", [])
+    steps = json.loads(bench.read_text()).get("per_step", []) if bench.is_file() else []
+    if steps:
         parts += ["\n### Per-step metadata, C128A + SWA (last swa-bench run)\n",
                   md_table(["step", "upstream µs", "ours µs", "speed-up"],
                          [[s["shape"], f"{s['total_upstream_us']:.2f}",
