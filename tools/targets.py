@@ -86,7 +86,7 @@ class Package:
 
         >>> package = load(Path(".")).packages["dsv4-evals"]
         >>> package.module, package.runtime_deps, list(package.groups)
-        ('dsv4_evals', ('dsv4-policy',), ['test'])
+        ('dsv4_evals', ('dsv4-policy',), ['test', 'bench', 'bench-vllm'])
     """
 
     dist: str
@@ -108,7 +108,7 @@ class Target:
 
         >>> target = load(Path(".")).targets["evals"]
         >>> target.kind, sorted(target.tags), target.package.dist, target.pytest
-        ('test', ['cpu'], 'dsv4-evals', ('tests', '--ignore=tests/server'))
+        ('test', ['cpu'], 'dsv4-evals', ('tests', '--ignore=tests/server', '--ignore=tests/bench'))
     """
 
     name: str
@@ -137,7 +137,8 @@ class Target:
             >>> load(Path(".")).targets["evals"].declaration()
             {'name': 'evals', 'kind': 'test', 'tags': ['cpu'], 'package': 'dsv4-evals',
              'deps': [], 'groups': ['test'], 'env': [], 'set_env': {}, 'timeout': 1200.0,
-             'pytest': ['tests', '--ignore=tests/server'], 'command': [], 'inputs': [],
+             'pytest': ['tests', '--ignore=tests/server', '--ignore=tests/bench'], 'command': [],
+             'inputs': [],
              'outputs': [], 'aux_envs': {}}
         """
         return {
@@ -196,7 +197,7 @@ class Graph:
         >>> list(graph.packages)
         ['dsv4-evals', 'dsv4-kernels', 'dsv4-policy', 'dsv4-vllm']
         >>> len(graph.targets)
-        12
+        14
     """
 
     root: Path
@@ -209,7 +210,8 @@ class Graph:
         Example::
 
             >>> [t.name for t in load(Path(".")).tagged("gpu")]
-            ['kernels-gpu', 'c128a-bench', 'swa-bench', 'c128a-tune', 'swa-tune', 'vllm-gpu']
+            ['c128a-bench', 'swa-bench', 'c128a-tune', 'swa-tune', 'vllm-step', 'kernels-gpu',
+             'vllm-gpu']
         """
         return [t for t in self.targets.values() if tag in t.tags]
 
@@ -219,7 +221,7 @@ class Graph:
         Example::
 
             >>> [t.name for t in load(Path(".")).of_kind("bench")]
-            ['c128a-bench', 'swa-bench']
+            ['c128a-bench', 'swa-bench', 'vllm-step']
         """
         return [t for t in self.targets.values() if t.kind == kind]
 
@@ -256,7 +258,7 @@ class Graph:
 
             >>> graph = load(Path("."))
             >>> graph.target_packages(graph.targets["c128a-bench"])
-            ['dsv4-policy', 'dsv4-kernels']
+            ['dsv4-kernels', 'dsv4-policy', 'dsv4-evals']
         """
         order: list[str] = []
         for dist in (*target.deps, target.package.dist):
@@ -276,8 +278,8 @@ class Graph:
         Example::
 
             >>> graph = load(Path("."))
-            >>> [t.name for t in graph.affected(["packages/evals/src/dsv4_evals/__init__.py"])]
-            ['evals', 'evals-server']
+            >>> [t.name for t in graph.affected(["packages/kernels/src/x.py"])][:3]
+            ['c128a-bench', 'swa-bench', 'c128a-tune']
             >>> graph.affected(["README.md"])
             []
         """
@@ -664,7 +666,7 @@ def load(root: Path) -> Graph:
 
         >>> graph = load(Path("."))
         >>> sorted(graph.targets)[:4]
-        ['c128a-bench', 'c128a-report', 'c128a-tune', 'evals']
+        ['bench-cpu', 'c128a-bench', 'c128a-report', 'c128a-tune']
     """
     root = root.resolve()
     files: dict[str, Path] = {}
@@ -742,8 +744,8 @@ def affected_sessions(graph: Graph, changed_files: Iterable[str]) -> list[str]:
     Example::
 
         >>> graph = load(Path("."))
-        >>> affected_sessions(graph, ["packages/evals/src/dsv4_evals/__init__.py"])
-        ['evals', 'evals-server', 'lint', 'build']
+        >>> affected_sessions(graph, ["packages/policy/src/dsv4_policy/__init__.py"])[:4]
+        ['evals', 'evals-server', 'bench-cpu', 'policy']
         >>> affected_sessions(graph, [])
         []
     """
