@@ -84,7 +84,8 @@ def sparse_mla() -> ModuleType:
 @pytest.fixture
 def pristine_vllm() -> Iterator[dict[str, ModuleType]]:
     """Every registered target's vLLM module, unpatched, and left exactly as found
-    afterwards (the object and its builder's own ``__init__``), by kernel name."""
+    afterwards (the object, its aliases' and its builder's own ``__init__``), by kernel
+    name."""
     from dsv4_vllm import plugin, registry
 
     plugin.unregister()
@@ -97,6 +98,9 @@ def pristine_vllm() -> Iterator[dict[str, ModuleType]]:
         init = builder.__dict__.get("__init__") if builder is not None else None
         saved.append((module, target.attribute, getattr(module, target.attribute), builder,
                       init))
+        for alias in target.aliases:
+            held = importlib.import_module(alias)
+            saved.append((held, target.attribute, getattr(held, target.attribute), None, None))
     yield modules
     plugin.unregister()
     for module, attribute, obj, builder, init in saved:

@@ -6,8 +6,12 @@ these hold for a kernel added later without an edit here.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import inspect
 import logging
+import sys
+import types
 from types import ModuleType
 
 import pytest
@@ -117,3 +121,46 @@ def test_one_target_failing_leaves_the_others_patched(pristine_vllm, dsv4_log,
     assert len(warnings) == 1 and f"has no {first.attribute}" in warnings[0]
     assert f"vLLM's {first.label} kernel runs unchanged" in warnings[0]
     assert all(plugin.active(t.name) is not None for t in others)
+
+
+def test_register_rebinds_every_alias_and_unregister_restores_it(pristine_vllm) -> None:
+    """A module that from-imported vLLM's object reaches the same stand-in, and gets
+    vLLM's object back."""
+    originals = {(t.name, alias): getattr(importlib.import_module(alias), t.attribute)
+                 for t in registry.targets().values() for alias in t.aliases}
+    assert plugin.register({}) is True
+    for (name, alias), original in originals.items():
+        target = registry.get(name)
+        assert getattr(importlib.import_module(alias), target.attribute) is plugin.active(name)
+        assert plugin.active(name).original is original
+    assert plugin.unregister() is True
+    for (name, alias), original in originals.items():
+        assert getattr(importlib.import_module(alias), registry.get(name).attribute) is original
+
+
+def test_aliases_holding_something_else_or_missing_are_left_alone(pristine_vllm, dsv4_log,
+                                                                  monkeypatch) -> None:
+    """Only an alias that still holds vLLM's object is rebound; the others are named."""
+    target = next(iter(registry.targets().values()))
+    original = getattr(pristine_vllm[target.name], target.attribute)
+    same, other = types.ModuleType("dsv4_alias_same"), types.ModuleType("dsv4_alias_other")
+    foreign = object()
+    setattr(same, target.attribute, original)
+    setattr(other, target.attribute, foreign)
+    for module in (same, other):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    aliased = dataclasses.replace(target, aliases=(
+        "dsv4_alias_same", "dsv4_alias_other", "dsv4_alias_not_importable"))
+    monkeypatch.setattr(plugin, "_targets", lambda: {target.name: aliased})
+    assert plugin.register({}) is True
+    stand_in = getattr(pristine_vllm[target.name], target.attribute)
+    assert isinstance(stand_in, target.dispatch) and getattr(same, target.attribute) is stand_in
+    assert getattr(other, target.attribute) is foreign
+    warnings = _messages(dsv4_log, logging.WARNING)
+    assert len(warnings) == 1 and f"dsv4_alias_other.{target.attribute} is not" in warnings[0]
+    assert plugin.register({}) is True  # idempotent: the aliases stay as they are
+    assert getattr(same, target.attribute) is stand_in
+    assert plugin.unregister() is True
+    assert getattr(same, target.attribute) is original
+    assert getattr(other, target.attribute) is foreign
+    assert getattr(pristine_vllm[target.name], target.attribute) is original

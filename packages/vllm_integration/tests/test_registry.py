@@ -28,6 +28,11 @@ def test_each_target_matches_vllm_0_33(name: str) -> None:
     target = registry.get(name)
     module = importlib.import_module(target.module)
     assert target.signature.reason(getattr(module, target.attribute), target.where) is None
+    # Every alias holds vLLM's very object, so rebinding it reaches the same calls.
+    for alias in target.aliases:
+        held = getattr(importlib.import_module(alias), target.attribute)
+        assert held is getattr(module, target.attribute), alias
+    assert len(set(target.holders)) == len(target.holders) == 1 + len(target.aliases)
     if target.builder is not None:
         builder = getattr(module, target.builder.cls)
         assert isinstance(builder, type)

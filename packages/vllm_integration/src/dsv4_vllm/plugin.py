@@ -10,7 +10,8 @@ workers), through the ``vllm.general_plugins`` entry point ``dsv4``. In order it
    imports the vLLM module that holds the kernel's object, lazily; checks the
    object's signature (else one warning, that kernel stays vLLM's); replaces the
    module global with the kernel's stand-in (everything else on vLLM's object still
-   reaches vLLM's object); hooks the kernel's metadata builder's ``__init__`` for the
+   reaches vLLM's object), and so in every module of the target's ``aliases`` that
+   still holds vLLM's object; hooks the kernel's metadata builder's ``__init__`` for the
    start-up warm-up; and logs one info line,
    ``dsv4: <kernel> launch policy active on vLLM <version> (<module>.<object> patched;
    <warm-up>; DSV4_POLICY=0 turns it off)``.
@@ -105,6 +106,7 @@ def _register(target: Target, version: str) -> bool:
     current = getattr(module, target.attribute, None)
     if isinstance(current, target.dispatch):
         logger.debug("dsv4: %s already registered in this process", target.label)
+        _rebind_aliases(target, current.original, current)
         return True
     reason = (f"{target.module} has no {target.attribute}" if current is None
               else target.signature.reason(current, target.where))
@@ -113,11 +115,34 @@ def _register(target: Target, version: str) -> bool:
         return False
     dispatch = target.dispatch(current)
     setattr(module, target.attribute, dispatch)
+    _rebind_aliases(target, current, dispatch)
     logger.info(
         "dsv4: %s launch policy active on vLLM %s (%s patched; %s; DSV4_POLICY=0 turns it "
         "off)", target.label, version, target.where, _hook_warmup(module, target, dispatch),
     )
     return True
+
+
+def _rebind_aliases(target: Target, original: Any, dispatch: Any) -> None:
+    """Rebind ``target.attribute`` in every alias module that still holds vLLM's object.
+
+    A module that from-imported the object keeps its own reference, so its calls reach
+    the stand-in only through its own global. One that cannot be imported has no call
+    to reach (debug line); one holding anything else (another patch) is left alone.
+    """
+    for name in target.aliases:
+        try:
+            module = _import(name)
+        except ImportError as exc:
+            logger.debug("dsv4: %s cannot be imported (%s); nothing to rebind there", name,
+                         exc)
+            continue
+        held = getattr(module, target.attribute, None)
+        if held is original:
+            setattr(module, target.attribute, dispatch)
+        elif held is not dispatch:
+            logger.warning("dsv4: %s.%s is not vLLM's object; left as it is, so its calls "
+                           "skip the %s launch policy", name, target.attribute, target.label)
 
 
 def _hook_warmup(module: ModuleType, target: Target, dispatch: Any) -> str:
@@ -163,6 +188,14 @@ def _unregister(target: Target) -> bool:
         builder_cls = getattr(module, target.builder.cls, None)
         if isinstance(builder_cls, type):
             hook.unhook_init(builder_cls, hook.mark(target.name))
+    for name in target.aliases:
+        try:
+            alias = _import(name)
+        except ImportError:
+            continue
+        held = getattr(alias, target.attribute, None)
+        if isinstance(held, target.dispatch):
+            setattr(alias, target.attribute, held.original)
     current = getattr(module, target.attribute, None)
     if not isinstance(current, target.dispatch):
         return False

@@ -68,10 +68,20 @@ class Target:
     """The stand-in, built as ``dispatch(original)``."""
     builder: Builder | None = None
     """``None``: the kernel's tiles are warmed on its first table hit."""
+    aliases: tuple[str, ...] = ()
+    """Other vLLM modules that hold the same object under the same name (they
+    from-imported it, so rebinding :attr:`module` alone does not reach their calls).
+    The plugin rebinds each one that still holds vLLM's object and restores it on
+    unregister."""
 
     @property
     def where(self) -> str:
         return f"{self.module}.{self.attribute}"
+
+    @property
+    def holders(self) -> tuple[str, ...]:
+        """Every module the plugin rebinds: :attr:`module`, then :attr:`aliases`."""
+        return (self.module, *self.aliases)
 
 
 def discover(package: ModuleType | None = None) -> Mapping[str, Target]:
