@@ -1,14 +1,10 @@
 """dsv4-kernels: Triton kernels for DeepSeek-V4 metadata and their torch references.
 
-- :mod:`dsv4_kernels.c128a`: the C128A top-k metadata kernel, launched with a tile.
-- :mod:`dsv4_kernels.reference`: the same computation in plain torch; the specification.
-- :mod:`dsv4_kernels.testing`: seeded batches with poisoned buffers, and checks.
-- :mod:`dsv4_kernels.swa`: the SWA indices-and-lens kernel (vLLM 0.33.0's arguments),
-  launched with a tile; :mod:`dsv4_kernels.swa_reference` its plain-torch
-  specification; :mod:`dsv4_kernels.swa_testing` seeded SWA steps and checks.
+One subpackage per kernel, ``dsv4_kernels/<name>/`` (``kernel``, ``launch``, ``checks``,
+``reference``, ``testing``), each declaring itself to :mod:`dsv4_kernels.registry`,
+which maps every kernel's name to its launch, reference, warm-up and compile count.
+:mod:`dsv4_kernels._direct_launch` is the launcher every kernel's ``launch`` shares.
 
-Submodules are imported on demand, so importing this package loads neither torch
-nor triton.
+Nothing is imported here, and a kernel package imports its torch modules on first use,
+so importing this package (or listing the registry) loads neither torch nor triton.
 """
-
-__all__ = ["c128a", "reference", "swa", "swa_reference", "swa_testing", "testing"]

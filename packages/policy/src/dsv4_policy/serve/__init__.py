@@ -11,6 +11,9 @@
 In both cases the user's arguments and environment are checked against the table's
 rules; every :class:`Violation` names the rule, its reason and the evidence, so a
 launcher can refuse the launch and say why.
+
+The table itself (schema, envelopes, rules) is :mod:`dsv4_policy.serve.table`, and
+reading flags the way ``vllm serve`` does is :mod:`dsv4_policy.serve.argv`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`compute_swa_indices_and_lens` takes exactly the arguments of vLLM 0.33.0's
 ``ComputeSWAIndicesAndLensKernel.__call__``, in the same order, and writes exactly
-what :func:`dsv4_kernels.swa_reference.compute_swa_indices_and_lens` specifies (vLLM
+what :func:`dsv4_kernels.swa.reference.compute_swa_indices_and_lens` specifies (vLLM
 0.33.0's semantics), bit for bit, for every valid tile. The tile keywords' defaults
 ``(1, 1024, 4)`` are vLLM's own launch. Only the tile and ``has_image`` select a
 compiled binary, so :func:`warmup` over a table's compile keys covers every call.
@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 import torch
 
-from dsv4_kernels import _swa_kernel as _k
 from dsv4_kernels._direct_launch import DirectLauncher
-from dsv4_kernels._swa_validation import FN, check_inputs, check_tile
+from dsv4_kernels.swa import kernel as _k
+from dsv4_kernels.swa.checks import FN, check_inputs, check_tile
 
 CompileKey = tuple[int, int, int, int]
 """(tokens_per_program, cols_per_program, num_warps, has_image)."""

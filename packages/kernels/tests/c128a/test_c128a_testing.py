@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dsv4_kernels.testing import (
+from dsv4_kernels.c128a.testing import (
     POISON,
     active_width,
     assert_same_buffers,

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from dsv4_kernels import c128a, reference
-from dsv4_kernels.testing import assert_same_buffers, make_batch
+from dsv4_kernels import c128a
+from dsv4_kernels.c128a import reference
+from dsv4_kernels.c128a.testing import assert_same_buffers, make_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_validation import CASES
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_c128a_checks import CASES
 
 pytestmark = pytest.mark.gpu
 TILE = dict(tokens_per_program=4, cols_per_program=256, num_warps=4, split_width=True)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from dsv4_kernels import swa, swa_reference
-from dsv4_kernels.swa_testing import POISON, SwaCall, make_swa_step
+from dsv4_kernels import swa
+from dsv4_kernels.swa import reference as swa_reference
+from dsv4_kernels.swa.testing import POISON, SwaCall, make_swa_step
 
 pytestmark = pytest.mark.usefixtures("interpreter")
 

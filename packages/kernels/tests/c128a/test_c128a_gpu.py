@@ -1,6 +1,6 @@
 """The compiled kernel on a CUDA device: realistic sizes, CUDA graphs, compile counts.
 
-Every comparison is against :mod:`dsv4_kernels.reference` run on the same device,
+Every comparison is against :mod:`dsv4_kernels.c128a.reference` run on the same device,
 over whole buffers: the written region must match and everything else must keep
 what it held before the launch.
 """
@@ -12,8 +12,9 @@ import functools
 
 import pytest
 import torch
-from dsv4_kernels import c128a, reference
-from dsv4_kernels.testing import (
+from dsv4_kernels import c128a
+from dsv4_kernels.c128a import reference
+from dsv4_kernels.c128a.testing import (
     POISON,
     Batch,
     active_width,

@@ -10,8 +10,10 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from dsv4_kernels import _swa_kernel, swa, swa_reference
-from dsv4_kernels.swa_testing import POISON, SwaStep, assert_same_outputs, make_swa_step
+from dsv4_kernels import swa
+from dsv4_kernels.swa import kernel as _swa_kernel
+from dsv4_kernels.swa import reference as swa_reference
+from dsv4_kernels.swa.testing import POISON, SwaStep, assert_same_outputs, make_swa_step
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

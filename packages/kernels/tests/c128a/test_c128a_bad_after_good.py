@@ -3,7 +3,7 @@
 The wrapper keeps state between calls (a binary handle per tile, a prepared wrapper
 per tile in the plugin), so a check must never be skipped because the same buffers,
 tile or shapes passed a moment ago. Each example makes a run of good calls on one
-seeded batch, then breaks one argument (any case of ``test_validation``), and checks
+seeded batch, then breaks one argument (any case of ``test_c128a_checks``), and checks
 the ValueError and that every buffer still holds what the good calls left.
 """
 
@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_validation import CASES, valid_batch
+from test_c128a_checks import CASES, valid_batch
 
 TILES = [(1, 1024, 4, False), (4, 256, 4, True), (8, 128, 4, True)]
 

@@ -4,7 +4,7 @@ refuse, and when it accepts, it returns exactly what the detailed checks return.
 from __future__ import annotations
 
 import torch
-from dsv4_kernels import _validation as v
+from dsv4_kernels.c128a import checks as v
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,6 @@
 """C128A top-k metadata on the GPU, launched with a tile chosen by the caller.
 
-``build_c128a_topk_metadata`` writes exactly what :mod:`dsv4_kernels.reference`
+``build_c128a_topk_metadata`` writes exactly what :mod:`dsv4_kernels.c128a.reference`
 specifies (vLLM 0.33.0's semantics), bit for bit, for every valid tile. The tile is
 ``(tokens_per_program, cols_per_program, num_warps)`` plus ``split_width``; the
 defaults ``(1, 1024, 4, False)`` are vLLM's own launch. Only the tile (and whether the
@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from dsv4_kernels import _c128a_kernel as _k
 from dsv4_kernels._direct_launch import DirectLauncher
-from dsv4_kernels._validation import FN, check_inputs, check_tile
+from dsv4_kernels.c128a import kernel as _k
+from dsv4_kernels.c128a.checks import FN, check_inputs, check_tile
 
 CompileKey = tuple[int, int, int]
 BASELINE_TILE: CompileKey = (1, 1024, 4)
@@ -62,7 +62,7 @@ def build_c128a_topk_metadata(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Write the first ``width`` columns of the C128A metadata; return the views.
 
-    Arguments and results are those of :func:`dsv4_kernels.reference.
+    Arguments and results are those of :func:`dsv4_kernels.c128a.reference.
     build_c128a_topk_metadata`; the tile arguments only choose how the work is
     split. Invalid arguments raise ``ValueError`` before any launch.
 

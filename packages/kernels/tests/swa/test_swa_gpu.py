@@ -1,6 +1,6 @@
 """The compiled SWA kernel on a CUDA device: realistic steps, CUDA graphs, compile counts.
 
-Every comparison is against :mod:`dsv4_kernels.swa_reference` run on the same device,
+Every comparison is against :mod:`dsv4_kernels.swa.reference` run on the same device,
 over whole buffers (written cells equal, every other cell still poisoned).
 """
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dsv4_kernels import swa, swa_reference
-from dsv4_kernels.swa_testing import POISON, SwaStep, assert_same_outputs, make_swa_step
+from dsv4_kernels import swa
+from dsv4_kernels.swa import reference as swa_reference
+from dsv4_kernels.swa.testing import POISON, SwaStep, assert_same_outputs, make_swa_step
 
 pytestmark = pytest.mark.gpu
 

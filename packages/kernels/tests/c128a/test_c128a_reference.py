@@ -8,8 +8,8 @@ with Python integers, no torch arithmetic.
 from __future__ import annotations
 
 import torch
-from dsv4_kernels import reference
-from dsv4_kernels.testing import Batch, assert_untouched, assert_views, make_batch
+from dsv4_kernels.c128a import reference
+from dsv4_kernels.c128a.testing import Batch, assert_untouched, assert_views, make_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

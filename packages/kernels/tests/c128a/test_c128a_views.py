@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from dsv4_kernels import c128a
-from dsv4_kernels.testing import make_batch
+from dsv4_kernels.c128a.testing import make_batch
 
 pytestmark = pytest.mark.usefixtures("interpreter")
 

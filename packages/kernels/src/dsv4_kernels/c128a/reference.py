@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv4_kernels._validation import check_inputs
+from dsv4_kernels.c128a.checks import check_inputs
 
 
 def build_c128a_topk_metadata(

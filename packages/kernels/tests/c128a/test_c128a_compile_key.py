@@ -14,7 +14,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from dsv4_kernels import _c128a_kernel, c128a
+from dsv4_kernels import c128a
+from dsv4_kernels.c128a import kernel as _c128a_kernel
 from triton.runtime.jit import JITFunction
 
 
@@ -53,7 +54,7 @@ def test_every_other_argument_is_unspecialised_or_alignment_checked() -> None:
 
 
 def test_the_wrapper_checks_what_the_kernel_assumes() -> None:
-    from dsv4_kernels import _validation
+    from dsv4_kernels.c128a import checks as _validation
 
     assert _c128a_kernel.WIDTH_MULTIPLE == _validation.WIDTH_MULTIPLE
     assert _c128a_kernel.STRIDE_MULTIPLE == _validation.ROW_STRIDE_MULTIPLE

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv4_kernels._swa_validation import check_inputs
+from dsv4_kernels.swa.checks import check_inputs
 
 
 def compute_swa_indices_and_lens(

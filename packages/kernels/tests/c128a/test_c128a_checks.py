@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from dsv4_kernels import c128a, reference
-from dsv4_kernels.testing import Batch, assert_untouched, make_batch
+from dsv4_kernels import c128a
+from dsv4_kernels.c128a import reference
+from dsv4_kernels.c128a.testing import Batch, assert_untouched, make_batch
 
 
 def valid_batch() -> Batch:
@@ -166,7 +167,7 @@ def test_bad_tile_is_named_and_nothing_is_written(
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(c128a, "interpreting", lambda: False)
+    monkeypatch.setattr(c128a.launch, "interpreting", lambda: False)
     batch = valid_batch()
     with pytest.raises(ValueError, match=r"positions: got device cpu; expected a GPU device"):
         batch.call(c128a.build_c128a_topk_metadata)

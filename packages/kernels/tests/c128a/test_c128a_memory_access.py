@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from dsv4_kernels import c128a
-from dsv4_kernels.testing import Batch, make_batch
+from dsv4_kernels.c128a.testing import Batch, make_batch
 from triton.runtime import interpreter as triton_interpreter
 
 pytestmark = pytest.mark.usefixtures("interpreter")

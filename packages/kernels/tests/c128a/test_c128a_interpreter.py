@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dsv4_kernels import _c128a_kernel, c128a, reference
-from dsv4_kernels.testing import (
+from dsv4_kernels import c128a
+from dsv4_kernels.c128a import kernel as _c128a_kernel
+from dsv4_kernels.c128a import reference
+from dsv4_kernels.c128a.testing import (
     Batch,
     assert_same_buffers,
     assert_untouched,
