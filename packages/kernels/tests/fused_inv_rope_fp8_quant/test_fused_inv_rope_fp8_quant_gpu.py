@@ -153,7 +153,7 @@ def test_kernel_object_entry_on_poisoned_buffers(upstream: Any, tables: dict,
         if case.quantize:
             assert not torch.any(testing.bits(bufs[1][0]) == 0x7F)
             storage = testing.scale_storage(bufs[1][1]).view(torch.int32)
-            assert not torch.any(storage == 0x7F7F7F7F)
+            assert not torch.any(storage == testing.POISON_WORD)
 
 
 def test_cuda_graph_replay_with_new_data(upstream: Any, tables: dict) -> None:

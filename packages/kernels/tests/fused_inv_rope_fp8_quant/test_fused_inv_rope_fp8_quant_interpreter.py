@@ -269,7 +269,7 @@ def test_kernel_call_refusals_leave_buffers_untouched() -> None:
             launch.kernel_call(o, pos, cache, out_buf, scale_buf, 3, **{**good, **change})
         assert torch.all(testing.bits(out_buf) == 0x7F)
         assert torch.all(testing.scale_storage(scale_buf.transpose(0, 1)).view(torch.int32)
-                         == 0x7F7F7F7F)
+                         == testing.POISON_WORD)
     out_buf, scale_buf = launch.allocate(checked, o.dtype, 2, False, True)
     with pytest.raises(ValueError, match=r"^kernel_call: out_buf: got "):
         launch.kernel_call(o, pos, cache, out_buf[:, :2], scale_buf, 3, **good)

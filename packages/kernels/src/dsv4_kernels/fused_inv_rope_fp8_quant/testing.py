@@ -178,13 +178,18 @@ def scale_storage(scales: torch.Tensor) -> torch.Tensor:
     return torch.as_strided(scales, (g * inner * aligned,), (1,), scales.storage_offset())
 
 
+POISON_WORD = -1
+"""The scale poison as an int32 (0xFFFFFFFF)."""
+
+
 def poison_like_vllm(out_buf: torch.Tensor, scale_buf: torch.Tensor) -> None:
-    """Fill vLLM-shaped buffers with values no kernel writes: FP8 NaN bytes (0x7F),
-    NaN / 0x7F7F7F7F scales over the whole buffer (pad rows included)."""
+    """Fill vLLM-shaped buffers with values no kernel writes: FP8 NaN bytes (0x7F, never
+    produced after the clamp), and all-ones scale words over the whole buffer (pad rows
+    included): an FP32 NaN, and UE8M0 bytes 0xFF, which no finite scale has."""
     out_buf.view(torch.uint8).fill_(0x7F) if out_buf.element_size() == 1 else out_buf.fill_(
         float("nan"))
     if scale_buf.numel():
-        scale_storage(scale_buf.transpose(0, 1)).view(torch.int32).fill_(0x7F7F7F7F)
+        scale_storage(scale_buf.transpose(0, 1)).view(torch.int32).fill_(POISON_WORD)
 
 
 def bits(tensor: torch.Tensor) -> torch.Tensor:
