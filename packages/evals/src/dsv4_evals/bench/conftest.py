@@ -68,6 +68,7 @@ def machine(device: torch.device) -> dict:
     return timing.machine(device)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     if torch.cuda.is_available():
         machine_info.update(timing.gpu_info(torch.device("cuda")))

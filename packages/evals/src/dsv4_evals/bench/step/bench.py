@@ -3,14 +3,15 @@
 Run the whole ladder once, without pytest, and print a table::
 
     python -m dsv4_evals.bench.step.bench --json artifacts/bench-step.json
-    python packages/vllm_integration/benchmarks/step_bench.py --quick          # ~2 minutes
+    python -m dsv4_evals.bench.step.bench --quick          # ~2 minutes
 
-For every ladder point (``step_harness.ladder()``) it builds the step's metadata with all
-8 builders of the deployment's 5 KV-cache groups, with the plugin off (vLLM as shipped)
-and on (``dsv4_vllm.plugin.register()``), compares every tensor the builders return bit
-for bit, and measures host µs, GPU µs, ATen ops, launches and each builder's and
-kernel's share (``step_measure``). ``--cpu-check`` runs the tiny CPU ladder in the Triton
-interpreter instead: builders run and outputs match, nothing is timed.
+For every ladder point (:func:`dsv4_evals.bench.step.harness.ladder`) it builds the
+step's metadata with all 8 builders of the deployment's 5 KV-cache groups, with the
+plugin off (vLLM as shipped) and on (``dsv4_vllm.plugin.register()``), compares every
+tensor the builders return bit for bit, and measures host µs, GPU µs, ATen ops, launches
+and each builder's and kernel's share (:mod:`dsv4_evals.bench.step.measure`).
+``--cpu-check`` runs the tiny CPU ladder in the Triton interpreter instead: builders run
+and outputs match, nothing is timed.
 
 Needs vLLM 0.33.0 importable (its Python sources are enough), ``dsv4_policy``,
 ``dsv4_kernels`` and ``dsv4_vllm``. Progress goes to stderr; ``--json`` gets every number.

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from step_harness import Builders, Sides, StepInputs, build_step, vllm_shims
+
+from dsv4_evals.bench.step.harness import Builders, Sides, StepInputs, build_step, vllm_shims
 
 BUILDER = "dsv4.builder:"
 KERNEL = "dsv4.kernel:"
