@@ -7,8 +7,11 @@
 - :mod:`.reference`: the plain-torch specification; :mod:`.testing`: seeded attention
   outputs, real DeepSeek-V4 ``cos_sin_cache`` tables, poisoned buffers, comparisons.
 
-Submodules are imported on demand, so importing this package loads neither torch nor
-triton.
+Every name of :mod:`.launch` is available here too, loaded on first use: importing
+this package loads neither torch nor triton.
 """
 
-__all__ = ["checks", "kernel", "launch", "reference", "testing"]
+from dsv4_kernels.registry import Declaration, lazy_package
+
+KERNEL = Declaration(launch="fused_inv_rope_fp8_quant")
+__getattr__ = lazy_package(__name__)
