@@ -1,6 +1,6 @@
 """vLLM 0.33.0's own CombineTopkSwaIndices Triton kernel, extracted at run time.
 
-The combine_topk_swa tests and tuner compare dsv4's kernel with upstream's, launched
+The combine_topk_swa bench gates, tuner and report compare dsv4's kernel with upstream's, launched
 exactly as vLLM's ``combine_topk_swa_indices`` does it: the ``fill_(-1)`` of the whole
 output (or a ``torch.full`` allocation), then the kernel on a ``(num_reqs, 256)`` grid
 with the constexprs ``CombineTopkSwaIndicesKernel.__call__`` derives. vLLM is not
@@ -15,11 +15,12 @@ alignment) from ``vllm/models/deepseek_v4/common/ops/cache_utils.py``, taken fro
 - an installed vLLM 0.33.0 (found by import), or
 - ``pip download --no-deps vllm==0.33.0`` when none is at hand,
 
-into ``.upstream/combine_topk_swa/upstream_combine_topk_swa.py`` at the repository root,
-a folder git ignores. Nothing from vLLM is committed. :func:`load` imports it;
-:func:`combine_topk_swa_indices` runs it the way vLLM's function does.
+into ``.upstream/combine_topk_swa/upstream_combine_topk_swa.py`` at the repository root
+(:func:`dsv4_evals.bench.paths.upstream`), a folder git ignores. Nothing from vLLM is
+committed. :func:`load_kernel` imports it; :func:`combine_topk_swa_indices` runs it the
+way vLLM's function does, and :func:`runner` binds it with dsv4's argument order.
 
-    python packages/kernels/benchmarks/combine_topk_swa_upstream.py [--sources ZIP | --wheel WHL]
+    python -m dsv4_evals.bench.combine_topk_swa.upstream [--sources ZIP | --wheel WHL]
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-OUT = REPO / ".upstream" / "combine_topk_swa"
-SOURCES = REPO / ".vllm-sources" / "vllm-0.33.0-sources.zip"
+from dsv4_evals.bench import paths
+
+OUT = paths.upstream("combine_topk_swa")
+SOURCES = paths.repo_root() / ".vllm-sources" / "vllm-0.33.0-sources.zip"
 MODULE = "vllm/models/deepseek_v4/common/ops/cache_utils.py"
 CLASS = "CombineTopkSwaIndicesKernel"
 METHOD = "kernel"
@@ -128,7 +130,7 @@ class Upstream:
     alignment: int
 
 
-def load(out: Path = OUT) -> Upstream:
+def load_kernel(out: Path = OUT) -> Upstream:
     """The extracted upstream kernel, extracting it first when ``out`` lacks it."""
     path = out / FILE
     if not path.is_file():
@@ -137,7 +139,7 @@ def load(out: Path = OUT) -> Upstream:
         except (OSError, KeyError, subprocess.CalledProcessError) as exc:
             raise FileNotFoundError(
                 f"{path} is missing and vLLM {VERSION}'s sources could not be read ({exc}): "
-                "run `python packages/kernels/benchmarks/combine_topk_swa_upstream.py` on a "
+                "run `python -m dsv4_evals.bench.combine_topk_swa.upstream` on a "
                 "machine with .vllm-sources/ or the wheel, and carry .upstream/ to the GPU "
                 "machine") from None
     spec = importlib.util.spec_from_file_location("dsv4_upstream_combine_topk_swa", path)
