@@ -9,8 +9,12 @@ with a tile chosen by the caller and the buffer's -1 fill in the same launch.
 - :mod:`.reference`: the same computation in plain torch, the specification;
 - :mod:`.testing`: seeded steps with poisoned buffers, and comparisons.
 
-Submodules are imported on demand, so importing this package loads neither torch nor
-triton.
+Every name of :mod:`.launch` is available here too (``compressed_slot_mapping.warmup``),
+loaded on first use: importing this package loads neither torch nor triton, so
+``dsv4_kernels.registry.names()`` stays cheap.
 """
 
-__all__ = ["checks", "kernel", "launch", "reference", "testing"]
+from dsv4_kernels.registry import Declaration, lazy_package
+
+KERNEL = Declaration(launch="get_compressed_slot_mapping")
+__getattr__ = lazy_package(__name__)
