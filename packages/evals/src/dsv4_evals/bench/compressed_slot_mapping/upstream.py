@@ -22,7 +22,7 @@ of the extracted text. A wheel given with ``--wheel`` must carry a sha256 the lo
 lists. :func:`load_kernel` re-extracts when the folder is missing or the text no longer
 matches ``SOURCE.json``. Nothing from vLLM is committed.
 
-    python packages/kernels/benchmarks/compressed_slot_mapping_upstream.py [--zip Z | --wheel W]
+    python -m dsv4_evals.bench.compressed_slot_mapping.upstream [--zip Z | --wheel W]
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
-OUT = REPO / ".upstream" / "compressed_slot_mapping"
+from dsv4_evals.bench import paths
+
+REPO = paths.repo_root()
+OUT = paths.upstream("compressed_slot_mapping")
 MODULE = "vllm/v1/attention/backends/mla/compressor_utils.py"
 CLASS = "CompressedSlotMappingKernel"
 FUNCTION = "kernel"
@@ -240,6 +242,11 @@ def load(out: Path = OUT) -> Upstream:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return Upstream(getattr(module, FUNCTION), int(record["triton_block_size"]), record)
+
+
+def load_kernel(out: Path = OUT) -> Upstream:
+    """The bench layer's name for :func:`load`: vLLM's kernel and its two call paths."""
+    return load(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 vLLM's side is its whole ``get_compressed_slot_mapping``: the ``fill_(-1)`` of the whole
 output buffer and the extracted kernel on its one-program-per-request grid
-(:mod:`compressed_slot_mapping_upstream`). dsv4's side is one launch per tile
+(:mod:`dsv4_evals.bench.compressed_slot_mapping.upstream`). dsv4's side is one launch per tile
 (``tokens_per_program``, ``num_warps``). Every timing is GPU time per call under
 CUDA-graph replay (a graph of back-to-back calls, median over replays), as a model step
 under CUDA graphs sees it; before a tile is timed at a step, its whole output buffer is
@@ -22,11 +22,13 @@ Two parts:
   by ``--margin`` at every probe; a box no tile wins is split in two along the tokens
   once; a box still lost gets no entry (vLLM's function runs there).
 
-    python3 packages/kernels/benchmarks/compressed_slot_mapping_tune.py --json OUT.json [--write]
+    python -m dsv4_evals.bench.compressed_slot_mapping.tune [--json OUT.json] [--write]
 
 ``--write`` replaces ``packages/policy/src/dsv4_policy/tables/compressed_slot_mapping.toml``
 (validated first). Needs vLLM's kernel: ``.upstream/compressed_slot_mapping/`` or the
-vLLM sources (see ``compressed_slot_mapping_upstream.py``).
+vLLM sources (see :mod:`dsv4_evals.bench.compressed_slot_mapping.upstream`). To stay
+fast, each box first times every candidate at two of its probes and keeps the best
+``--keep`` tiles for the full pass.
 """
 
 from __future__ import annotations
@@ -36,31 +38,24 @@ import datetime
 import json
 import math
 import random
-import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-for _src in (REPO / "packages" / "kernels" / "src", REPO / "packages" / "policy" / "src", HERE):
-    if str(_src) not in sys.path:
-        sys.path.insert(0, str(_src))
-
-import compressed_slot_mapping_upstream as upstream_source  # noqa: E402
-import torch  # noqa: E402
-import triton  # noqa: E402
-from dsv4_kernels.compressed_slot_mapping import launch  # noqa: E402
-from dsv4_kernels.compressed_slot_mapping.testing import (  # noqa: E402
+import torch
+import triton
+from dsv4_kernels.compressed_slot_mapping import launch
+from dsv4_kernels.compressed_slot_mapping.testing import (
     POISON,
     SlotMappingCall,
     make_step,
 )
-from dsv4_policy.kernels import compressed_slot_mapping as policy  # noqa: E402
+from dsv4_policy.kernels import compressed_slot_mapping as policy
 
-TABLE = (REPO / "packages" / "policy" / "src" / "dsv4_policy" / "tables"
-         / "compressed_slot_mapping.toml")
+from dsv4_evals.bench import paths, timing
+from dsv4_evals.bench.compressed_slot_mapping import upstream as upstream_source
+
+TABLE = paths.table("compressed_slot_mapping")
 UPSTREAM = "upstream"
 RATIOS = {4: 64, 128: 2}
 """DeepSeek-V4's compress ratios and their compressed entries per 256-token block."""
@@ -81,7 +76,7 @@ shipped entry."""
 TARGETS = {"prefill-T8192": 2.0, "prefill-T32768": 2.5, "decode-R512": 1.3}
 """Speed-ups over vLLM's function the targets ask for, at ratio 4 and 128 alike."""
 HEADER = ("Compressed slot mapping launch table. Entries are written by the tuner "
-          "(packages/kernels/benchmarks/compressed_slot_mapping_tune.py --write) from "
+          "(python -m dsv4_evals.bench.compressed_slot_mapping.tune --write) from "
           "measurements: a tile is kept only where dsv4's one-launch kernel beat vLLM "
           "0.33.0's get_compressed_slot_mapping (fill + kernel) at every probe of the "
           "entry's box, twice, by CUDA-graph replay; a key no entry matches gets vLLM's "
@@ -89,33 +84,6 @@ HEADER = ("Compressed slot mapping launch table. Entries are written by the tune
 
 
 # --------------------------------------------------------------------------- timing
-def graph_us(fn: Callable[[], object], launches: int, reps: int = 15) -> float:
-    """Median µs per call over replays of a CUDA graph of ``launches`` back-to-back calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0 / launches)
-    del graph
-    return statistics.median(times)
-
-
 # --------------------------------------------------------------------------- steps
 def step_of(point: dict[str, int], device: torch.device, seed: int) -> SlotMappingCall:
     """The step a probe key stands for: ``num_reqs`` requests (zero-token padding past
@@ -200,11 +168,11 @@ class Measure:
         self.check(call, tile)
         n = self.scale.get(self.ident(call))
         if n is None:
-            one = graph_us(runner(call, UPSTREAM, self.upstream), 4, reps=3)
+            one = timing.graph_us(runner(call, UPSTREAM, self.upstream), 4, reps=3)
             n = self.scale[self.ident(call)] = max(4, min(100, int(self.target_us
                                                                    / max(one, 0.5))))
         self.count += 1
-        return graph_us(runner(call, tile, self.upstream), n)
+        return timing.graph_us(runner(call, tile, self.upstream), n, reps=15)
 
 
 # --------------------------------------------------------------------------- the ladder
@@ -303,12 +271,19 @@ def box_points(box: dict[str, tuple[int, int]], seed: int, random_points: int
     return points
 
 
-def choose(calls: list[SlotMappingCall], measure: Measure, margin: float
+def choose(calls: list[SlotMappingCall], measure: Measure, margin: float, keep: int = 4
            ) -> tuple[tuple[int, int] | None, float, dict[str, float]]:
-    """The tile with the best worst ratio over ``calls``, confirmed by a second pass."""
+    """The tile with the best worst ratio over ``calls``, confirmed by a second pass.
+
+    A quick screen first (every candidate at the box's first two probes, its smallest
+    and largest corner) keeps the ``keep`` best tiles; only those are timed at every
+    probe, which is where the tuner spends its time."""
     base = [measure(c, UPSTREAM) for c in calls]
+    quick = {tile: min(b / measure(c, tile) for c, b in zip(calls[:2], base[:2], strict=True))
+             for tile in CANDIDATES}
+    kept = sorted(CANDIDATES, key=lambda t: -quick[t])[:keep]
     worst: dict[tuple[int, int], float] = {}
-    for tile in CANDIDATES:
+    for tile in kept:
         ratio = math.inf
         for c, b in zip(calls, base, strict=True):
             ratio = min(ratio, b / measure(c, tile))
@@ -328,12 +303,12 @@ def choose(calls: list[SlotMappingCall], measure: Measure, margin: float
 
 
 def tune_box(box: dict[str, tuple[int, int]], measure: Measure, device: torch.device, seed: int,
-             random_points: int, margin: float, depth: int, log: list[dict]
+             random_points: int, margin: float, depth: int, log: list[dict], keep: int = 4
              ) -> list[tuple[dict[str, tuple[int, int]], tuple[int, int], float, int]]:
     points = box_points(box, seed, random_points)
     calls = [step_of(p, device, seed * 1000 + i) for i, p in enumerate(points)]
     started = time.perf_counter()
-    tile, ratio, screened = choose(calls, measure, margin)
+    tile, ratio, screened = choose(calls, measure, margin, keep)
     print(f"box {box}: {tile} worst {ratio:.3f}x over {len(calls)} probes "
           f"({time.perf_counter() - started:.1f} s)", flush=True)
     log.append({"box": {k: list(v) for k, v in box.items()}, "tile": tile,
@@ -349,9 +324,10 @@ def tune_box(box: dict[str, tuple[int, int]], measure: Measure, device: torch.de
     mid = min(max(mid, lo), hi - 1)
     low, high = dict(box), dict(box)
     low["num_tokens"], high["num_tokens"] = (lo, mid), (mid + 1, hi)
-    return (tune_box(low, measure, device, seed * 2 + 1, random_points, margin, depth - 1, log)
+    return (tune_box(low, measure, device, seed * 2 + 1, random_points, margin, depth - 1, log,
+                     keep)
             + tune_box(high, measure, device, seed * 2 + 2, random_points, margin, depth - 1,
-                       log))
+                       log, keep))
 
 
 def entry(arch: str, box: dict[str, tuple[int, int]], tile: tuple[int, int], ratio: float,
@@ -370,8 +346,12 @@ def entry(arch: str, box: dict[str, tuple[int, int]], tile: tuple[int, int], rat
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, required=True,
-                        help="where to write every measurement and the table")
+    parser.add_argument("--json", type=Path,
+                        default=paths.artifacts() / "tune-compressed_slot_mapping.json",
+                        help="where to write every measurement and the table (default: "
+                             "artifacts/tune-compressed_slot_mapping.json)")
+    parser.add_argument("--keep", type=int, default=4,
+                        help="tiles kept after each box's quick screen (default: 4)")
     parser.add_argument("--write", action="store_true",
                         help="replace the shipped compressed_slot_mapping.toml with the "
                              "tuned table")
@@ -380,11 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=1.02,
                         help="the ratio over vLLM a tile must exceed at every probe")
     parser.add_argument("--split-depth", type=int, default=1)
-    parser.add_argument("--target-us", type=float, default=200.0,
+    parser.add_argument("--target-us", type=float, default=100.0,
                         help="GPU time per captured graph (launches scaled to it)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or launch.interpreting():
-        raise SystemExit("compressed_slot_mapping_tune.py needs a CUDA GPU (and "
+        raise SystemExit("dsv4_evals.bench.compressed_slot_mapping.tune needs a CUDA GPU (and "
                          "TRITON_INTERPRET unset)")
     device = torch.device("cuda", torch.cuda.current_device())
     major, minor = torch.cuda.get_device_capability(device)
@@ -416,9 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             box = {"num_tokens": tokens, "num_reqs": REQS, "num_rows": rows,
                    "block_size": BLOCK_SIZES}
             accepted += tune_box(box, measure, device, args.seed * 100 + i,
-                                 args.random_points, args.margin, args.split_depth, log)
+                                 args.random_points, args.margin, args.split_depth, log,
+                                 args.keep)
             i += 1
-    command = "python3 packages/kernels/benchmarks/compressed_slot_mapping_tune.py --write"
+    command = "python -m dsv4_evals.bench.compressed_slot_mapping.tune --write"
     entries = [entry(arch, box, tile, ratio, probes, machine, command)
                for box, tile, ratio, probes in accepted]
     text = policy.render_table(entries, HEADER)

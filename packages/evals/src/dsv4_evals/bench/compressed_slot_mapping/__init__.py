@@ -1,0 +1,1 @@
+"""The compressed slot mapping: its bench, gates, tuner and report section."""
