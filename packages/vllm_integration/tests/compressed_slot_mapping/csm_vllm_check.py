@@ -148,8 +148,9 @@ def builders_on_and_off(plugin: Any, dispatch: Any) -> list[dict[str, Any]]:
     from dsv4_kernels.compressed_slot_mapping.testing import POISON
 
     rows = []
-    for module_name in ("vllm.models.deepseek_v4.sparse_mla",
-                        "vllm.models.deepseek_v41.sparse_mla"):
+    # V4's C4A builder compresses by 4; V4.1's compressed caches by 2.
+    for module_name, ratio in (("vllm.models.deepseek_v4.sparse_mla", 4),
+                               ("vllm.models.deepseek_v41.sparse_mla", 2)):
         module = importlib.import_module(module_name)
         for seed in range(3):
             sides = {}
@@ -160,11 +161,11 @@ def builders_on_and_off(plugin: Any, dispatch: Any) -> list[dict[str, Any]]:
                     plugin.register({})
                     plugin.active("compressed_slot_mapping").configure(
                         table=dispatch.table, arch_of=lambda device: "sm90")
-                builder = sparse_mla_builder(module, 4)
+                builder = sparse_mla_builder(module, ratio)
                 builder.compressed_slot_mapping_buffer.fill_(POISON)
                 hits = plugin.active("compressed_slot_mapping")
                 before = hits.hits if hits is not None else 0
-                meta = builder.build(0, common_metadata(seed, 4))
+                meta = builder.build(0, common_metadata(seed, ratio))
                 sides[side] = (meta.slot_mapping.clone(),
                                builder.compressed_slot_mapping_buffer.clone(),
                                (hits.hits - before) if hits is not None else 0)
