@@ -24,6 +24,7 @@ Triton's own path is used instead whenever the shortcut could differ from it:
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -72,12 +73,18 @@ def _handle(compiled: Any) -> tuple | None:
         return None
 
 
+_dtype = operator.attrgetter("dtype")
+
+
 class DirectLauncher:
     """Launches of one ``@triton.jit`` function, direct after each binary's first launch.
 
     ``constexpr_names`` are the kernel's constexpr parameters, in signature order,
     after every run-time parameter (the C launcher takes all parameters positionally).
-    A launch gets the kernel's tensor arguments twice: as tensors, for Triton's own
+    A kept binary is keyed by the device, the constexprs, ``num_warps`` and the tensor
+    arguments' dtypes: Triton builds one binary per pointer element type, so an int32
+    and an int64 buffer in the same place are two binaries, never one. A launch gets the
+    kernel's tensor arguments twice: as tensors, for Triton's own
     path, and as their data pointers, which the direct path hands the C launcher as
     they are (the caller has already checked that every tensor is on the launch's CUDA
     device).
@@ -99,7 +106,7 @@ class DirectLauncher:
                 with torch.cuda.device(index):
                     self._launch(index, grid0, grid1, tensors, scalars, constexprs, num_warps)
                 return
-            ready = self._ready.get((index, constexprs, num_warps))
+            ready = self._ready.get((index, constexprs, num_warps, tuple(map(_dtype, tensors))))
             if ready is not None and _hooks_idle():
                 launch, function, packed, cooperative, pdl = ready
                 try:
@@ -119,7 +126,7 @@ class DirectLauncher:
     def _launch(self, index: int, grid0: int, grid1: int, tensors: tuple, scalars: tuple,
                 constexprs: tuple, num_warps: int) -> None:
         """Triton's own launch; keeps the binary's handle after the first one."""
-        key = (index, constexprs, num_warps)
+        key = (index, constexprs, num_warps, tuple(map(_dtype, tensors)))
         compiled = self.kernel[(grid0, grid1)](
             *tensors, *scalars, **dict(zip(self.names, constexprs, strict=True)),
             num_warps=num_warps)
