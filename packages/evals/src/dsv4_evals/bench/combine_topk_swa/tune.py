@@ -36,7 +36,7 @@ import triton
 from dsv4_kernels.combine_topk_swa import launch
 from dsv4_policy.kernels import combine_topk_swa as policy
 
-from dsv4_evals.bench import paths, probes
+from dsv4_evals.bench import paths, probes, tables
 from dsv4_evals.bench.combine_topk_swa import harness as h
 from dsv4_evals.bench.combine_topk_swa import upstream
 
@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
             accepted += tune_box(kind_box(kind, lo, hi), measure, args.seed * 100 + 10 * i + j,
                                  args.split_depth, args.random_points, log)
     entries = [entry(arch, box, verdict, machine) for box, verdict in accepted]
-    text = policy.render_table(entries, HEADER)
+    # Only this GPU was measured: every other arch's entries stay as they are.
+    text = policy.render_table(tables.other_arch_entries("combine_topk_swa", arch) + entries,
+                               HEADER)
     table = policy.loads_table(text)
     ladder = []
     for anchor in h.anchors():

@@ -28,7 +28,7 @@ import torch
 import triton
 from dsv4_policy.kernels import swa as policy
 
-from dsv4_evals.bench import paths, probes
+from dsv4_evals.bench import paths, probes, tables
 from dsv4_evals.bench.swa import harness as h
 from dsv4_evals.bench.swa import upstream as swa_upstream
 
@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         for point in probes.corners(box):
             if not h.outputs_equal(measure.call(point), verdict.tile, measure.upstream):
                 raise SystemExit(f"tile {verdict.tile}: outputs differ from vLLM's at {point}")
-    text = policy.render_table(entries, HEADER)
+    # Only this GPU was measured: every other arch's entries stay as they are.
+    text = policy.render_table(tables.other_arch_entries("swa", arch) + entries, HEADER)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"arch": arch, **machine, "seed": args.seed,
                                     "seconds": time.perf_counter() - started, "boxes": log,
