@@ -69,7 +69,7 @@ def warm_swa_compile_keys(
 ) -> int:
     """Compile every SWA compile key of a deployment on ``device``; return how many were new.
 
-    The keys are ``dsv4_policy.swa.compile_keys`` for the deployment (the baseline's
+    The keys are ``dsv4_policy.kernels.swa.compile_keys`` for the deployment (the baseline's
     and every reachable entry's, per ``has_image`` the deployment uses). Logs the key
     count, the compile count and the time, as the C128A warm-up does.
     """
