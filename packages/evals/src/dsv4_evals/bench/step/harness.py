@@ -689,8 +689,17 @@ class PluginSwitch:
         self._plugin = plugin
         plugin.unregister()
         kernels = registry.targets()
-        self.targets = [(importlib.import_module(t.module), t.attribute)
-                        for t in kernels.values()]
+        # Every module that holds a kernel's object, aliases included: off must put
+        # vLLM's own object back in each (a from-import keeps its own name for it).
+        self.targets = []
+        for target in kernels.values():
+            for holder in target.holders:
+                try:
+                    module = importlib.import_module(holder)
+                except ImportError:
+                    continue  # the plugin skips it too
+                if hasattr(module, target.attribute):
+                    self.targets.append((module, target.attribute))
         self.vllm_objects = [getattr(m, n) for m, n in self.targets]
         if not plugin.register({}):
             raise RuntimeError("dsv4_vllm.plugin.register() did not install every launch "
