@@ -203,6 +203,9 @@ class Graph:
     root: Path
     packages: Mapping[str, Package]
     targets: Mapping[str, Target]
+    family_files: tuple[str, ...] = ()
+    """Every file a family's ``each`` matched, relative to the root: what made its members
+    (a unit that loads the graph, such as ``meta``, needs them to load it the same way)."""
 
     def tagged(self, tag: str) -> list[Target]:
         """The targets carrying ``tag``: what an aggregate session such as ``gpu`` runs.
@@ -574,7 +577,7 @@ def _expand_family(
                     f"{{{placeholder}}} (from each = {pattern!r})",
                 )
     glob = "/".join("*" if i == holders[0] else part for i, part in enumerate(parts))
-    members: list[tuple[str, dict]] = []
+    members: list[tuple[str, dict, Path]] = []
     for path in sorted(package.folder.glob(glob)):
         value = path.relative_to(package.folder).parts[holders[0]]
         if value.startswith(("_", ".")):
@@ -585,7 +588,7 @@ def _expand_family(
                 f"{path.relative_to(package.folder).as_posix()} matches {pattern!r}, but "
                 f"{value!r} is not a valid {{{placeholder}}} (lowercase letters, digits, '_')",
             )
-        members.append((f"{placeholder}={value}", _substitute(raw, placeholder, value)))
+        members.append((f"{placeholder}={value}", _substitute(raw, placeholder, value), path))
     if not members:
         raise _fail(
             pyproject, f"{where}.each",
@@ -696,10 +699,12 @@ def load(root: Path) -> Graph:
     _check_cycles(packages, files)
 
     expanded: list[tuple[Path, int, dict, Package, str | None]] = []
+    family_files: set[str] = set()
     for pyproject, index, raw, package in raw_targets:
         if "each" in raw:
-            expanded.extend((pyproject, index, decl, package, member)
-                            for member, decl in _expand_family(pyproject, index, raw, package))
+            for member, decl, path in _expand_family(pyproject, index, raw, package):
+                expanded.append((pyproject, index, decl, package, member))
+                family_files.add(path.relative_to(root).as_posix())
         else:
             expanded.append((pyproject, index, raw, package, None))
     targets: dict[str, Target] = {}
@@ -729,7 +734,8 @@ def load(root: Path) -> Graph:
                     f"({', '.join(target.groups) or 'none'}), so no environment would install it",
                 )
         targets[target.name] = target
-    return Graph(root=root, packages=packages, targets=targets)
+    return Graph(root=root, packages=packages, targets=targets,
+                 family_files=tuple(sorted(family_files)))
 
 
 

@@ -104,12 +104,13 @@ META_INPUTS = ("packages/*/pyproject.toml", "uv.lock", "ci/cache-server")
 
 
 def _declared_files(graph: Graph) -> tuple[str, ...]:
-    """Files the target declarations name and ``targets.load`` checks exist."""
+    """Files the target declarations name and ``targets.load`` checks exist, and the
+    files a family's ``each`` matched (without them the graph has no such members)."""
     found = {
         (t.package.folder / aux.requirements).relative_to(graph.root).as_posix()
         for t in graph.targets.values() for aux in t.aux_envs.values()
     }
-    return tuple(sorted(found))
+    return tuple(sorted(found | set(graph.family_files)))
 # What `lint` checks beyond the packages and the build files.
 LINT_INPUTS = ("uv.lock", "ci")
 

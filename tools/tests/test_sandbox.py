@@ -125,6 +125,18 @@ def test_meta_is_keyed_by_every_package_declaration(tmp_path: Path) -> None:
     assert after.digest != before.digest
 
 
+def test_meta_carries_the_files_that_make_family_members(tmp_path: Path) -> None:
+    # meta's tests load the target graph inside its execution root; without the files a
+    # family's `each` matched, the family has no member there and the load fails.
+    graph = targets.load(ROOT)
+    meta = units.repo_units(graph)["meta"]
+    assert graph.family_files, "the repository declares target families"
+    assert set(graph.family_files) <= set(meta.inputs)
+    bench = [t for t in graph.targets.values() if t.name.endswith("-bench")]
+    assert {f"packages/evals/src/dsv4_evals/bench/{t.name[:-len('-bench')]}/gates.py"
+            for t in bench if t.package.dist == "dsv4-evals"} <= set(graph.family_files)
+
+
 def test_gpu_driver_variables_are_keyed() -> None:
     graph = targets.load(ROOT)
     gpu_unit = units.target_unit(graph, graph.targets["kernels-gpu"])
