@@ -1,0 +1,1 @@
+"""FusedInvRopeFP8Quant (inverse RoPE + block FP8 quant): its bench, gates, tuner, report."""
