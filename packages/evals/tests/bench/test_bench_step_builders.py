@@ -62,7 +62,7 @@ def test_every_builder_of_every_kv_cache_group_runs(cpu_check: dict[str, Any]) -
     assert made == EXPECTED_BUILDERS
     assert sum(b["layers"] for g in groups for b in g["builders"]) == 167
     points = cpu_check["points"]
-    assert len(points) == 8 and {p["kind"] for p in points} == {
+    assert len(points) == 9 and {p["kind"] for p in points} == {
         "decode", "prefill", "mixed", "padded"}
     for p in points:
         assert "error" not in p, f"{p['point']}: {p.get('error')}\n{p.get('traceback')}"
@@ -80,8 +80,10 @@ def test_outputs_are_bit_identical_with_the_plugin_on_and_off(cpu_check: dict[st
         assert p["identical"], (p["point"], p["differences"])
     hits = {k: sum(p["plugin"][k] for p in cpu_check["points"])
             for k in cpu_check["points"][0]["plugin"]}
-    # The plugin really ran dsv4's kernels: one C128A call per step, two SWA builders.
-    assert hits["c128a_hits"] >= 6 and hits["swa_hits"] >= 12, hits
+    # The plugin really ran dsv4's kernels: one C128A call per step, three compressed slot
+    # mappings, and both SWA builders on the one step the SWA table covers (T >= 129).
+    assert hits["c128a_hits"] >= 6 and hits["compressed_slot_mapping_hits"] >= 18, hits
+    assert hits["swa_hits"] >= 2, hits
     assert cpu_check["arch_override"] == "sm90"
     assert "get_mla_metadata" in cpu_check["shims"]
 

@@ -104,7 +104,7 @@ class Deployment:
 
 
 FLASH = Deployment()
-TINY = Deployment(max_model_len=4096, max_num_batched_tokens=64, max_num_seqs=8)
+TINY = Deployment(max_model_len=4096, max_num_batched_tokens=160, max_num_seqs=8)
 """What the CPU check builds: the same layout, at sizes the Triton interpreter can run."""
 
 
@@ -442,6 +442,9 @@ def tiny_ladder() -> list[Point]:
         Point("decode-T5-ctx2K", "decode", 5, 2000),
         Point("prefill-c24-ctx24", "prefill", prefills=((24, 24),)),
         Point("prefill-c16-ctx3K", "prefill", prefills=((16, 3000),)),
+        # 136 tokens: past the shipped SWA table's smallest entry (T >= 129), so dsv4's
+        # SWA kernel runs on the CPU check too; below it every SWA call is vLLM's.
+        Point("prefill-c136-ctx136", "prefill", prefills=((136, 136),)),
         Point("mixed-d3-ctx1K-p9-p7", "mixed", 3, 1000, ((9, 9), (7, 2500))),
         Point("padded-d3of4-ctx1K", "padded", 3, 1000, padded_reqs=4),
         Point("padded-d1of2-ctx4K", "padded", 1, 4096, padded_reqs=2),
