@@ -65,11 +65,15 @@ def _write_results(machine: dict):
     RESULTS["machine"] = machine
     RESULTS["per_step"] = report.per_step(anchors)  # type: ignore[arg-type]
     RESULTS["failures"] = gates.failures(anchors, keys, RESULTS["equality"])  # type: ignore[arg-type]
+    RESULTS["targets_missed"] = [line for row in anchors  # type: ignore[attr-defined]
+                                 for line in gates.target_misses(row)]
     timing.write_json(Path(OUT), RESULTS)
     Path(OUT).with_suffix(".md").write_text(report.results_markdown(RESULTS))
     print(f"\nFusedInvRopeFP8Quant results: {OUT}")
     for line in RESULTS["failures"]:  # type: ignore[attr-defined]
         print(f"  FAILED {line}")
+    for line in RESULTS["targets_missed"]:  # type: ignore[attr-defined]
+        print(f"  target missed (not gated): {line}")
 
 
 def _graph_of(run, launches: int) -> torch.cuda.CUDAGraph:

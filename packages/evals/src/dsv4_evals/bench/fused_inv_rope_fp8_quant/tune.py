@@ -200,12 +200,12 @@ def ladder(measure: h.Measure, empty_us: float, bytes_per_s: float, arch: str,
 
 
 def targets(rows: Sequence[Mapping]) -> dict[str, dict[str, object]]:
-    """The issue's speed-up targets (:data:`gates.SPEEDUP_GATES`) at the ladder's T in
+    """The issue's speed-up targets (:data:`gates.SPEEDUP_TARGETS`) at the ladder's T in
     64..512, with the tuned table."""
     found: dict[str, dict[str, object]] = {}
     lo, hi = gates.SPEEDUP_TOKENS
     for r in rows:
-        goal = gates.SPEEDUP_GATES.get(r["heads"])
+        goal = gates.SPEEDUP_TARGETS.get(r["heads"])
         if goal is not None and lo <= r["tokens"] <= hi:
             found[f"T{r['tokens']}-h{r['heads']}"] = {
                 "goal": goal, "speedup": r["speedup"], "tile": r["best"],
