@@ -151,7 +151,7 @@ def _hook_warmup(module: ModuleType, target: Target, dispatch: Any) -> str:
 
     builder = target.builder
     if builder is None:
-        return FIRST_HIT
+        return target.warm_up or FIRST_HIT
     builder_cls = getattr(module, builder.cls, None)
     if not isinstance(builder_cls, type):
         reason: str | None = f"{target.module} has no class {builder.cls}"

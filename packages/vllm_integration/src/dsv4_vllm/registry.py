@@ -67,12 +67,16 @@ class Target:
     dispatch: type[Dispatch]
     """The stand-in, built as ``dispatch(original)``."""
     builder: Builder | None = None
-    """``None``: the kernel's tiles are warmed on its first table hit."""
+    """``None``: the kernel's tiles are warmed on its first table hit, or as
+    :attr:`warm_up` says."""
     aliases: tuple[str, ...] = ()
     """Other vLLM modules that hold the same object under the same name (they
     from-imported it, so rebinding :attr:`module` alone does not reach their calls).
     The plugin rebinds each one that still holds vLLM's object and restores it on
     unregister."""
+    warm_up: str | None = None
+    """How the stand-in warms its tiles at start-up when there is no :attr:`builder` to
+    hook (the words of the log line); ``None``: on the first table hit."""
 
     @property
     def where(self) -> str:
