@@ -47,7 +47,11 @@ def test_register_patches_every_target_and_hooks_its_builder(pristine_vllm, dsv4
     info = _messages(dsv4_log, logging.INFO)
     assert [line.split(" launch policy active on vLLM")[0] for line in info] == [
         f"dsv4: {t.label}" for t in registry.targets().values()]
-    assert all("warm-up at metadata-builder start-up" in line for line in info)
+    # Each line names how its target warms up: at its metadata builder's start-up, or,
+    # for a target with no builder to hook, what that target declares.
+    for line, target in zip(info, registry.targets().values(), strict=True):
+        expected = plugin.AT_START_UP if target.builder is not None else target.warm_up
+        assert expected and expected in line, (line, target.label)
     assert not _messages(dsv4_log, logging.WARNING)
 
 
