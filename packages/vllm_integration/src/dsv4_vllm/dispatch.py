@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import torch
 
@@ -30,6 +30,20 @@ Warm = Callable[..., int]
 _UNSET: Any = object()
 CACHE_LIMIT = 4096
 """Decisions cached per stand-in before the cache starts over (a deployment has few)."""
+
+
+class Options(TypedDict, total=False):
+    """What a stand-in's constructor takes besides vLLM's object (tests inject these).
+
+    ``table`` None is the shipped table; ``resolve``, ``arch_of`` and ``warm`` None are
+    the policy's resolve, the device's arch and the kernel's :attr:`Dispatch.default_warm`;
+    ``lazy_warmup`` False refuses a hit whose deployment was not warmed at start-up."""
+
+    table: Any
+    resolve: Callable[[Any], Any] | None
+    arch_of: ArchOf | None
+    warm: Warm | None
+    lazy_warmup: bool
 
 
 def device_token(device: torch.device | str) -> str:
@@ -45,14 +59,24 @@ class Dispatch:
 
     Subclasses set :attr:`policy` (the ``dsv4_policy.kernels`` module whose ``resolve``
     decides), :attr:`label`, :attr:`deployment_fields` and :attr:`default_warm`
-    (``warm(arch, *deployment, device, table=...) -> compiled``), and call
-    :meth:`_init_policy` from their ``__init__(original, ...)``.
+    (``warm(arch, *deployment, device, table=...) -> compiled``); a subclass that keeps
+    state of its own extends ``__init__(original, **options)`` (:class:`Options`).
     """
 
     policy: ClassVar[ModuleType]
     label: ClassVar[str]
     deployment_fields: ClassVar[tuple[str, ...]]
     default_warm: ClassVar[Warm]
+
+    def __init__(self, original: Any, **options: Any) -> None:
+        unknown = sorted(options.keys() - Options.__annotations__.keys())
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected option(s) {unknown}; "
+                            f"accepted: {sorted(Options.__annotations__)}")
+        self._init_policy(original, table=options.get("table"),
+                          resolve=options.get("resolve"), arch_of=options.get("arch_of"),
+                          warm=options.get("warm"),
+                          lazy_warmup=options.get("lazy_warmup", True))
 
     def _init_policy(
         self,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import torch
 from dsv4_kernels import c128a as kernels_c128a
@@ -32,7 +32,7 @@ from dsv4_policy.kernels import c128a as policy_c128a
 from dsv4_policy.kernels.c128a import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.dispatch import ArchOf, Dispatch, Warm, device_token
+from dsv4_vllm.dispatch import Dispatch, Options, device_token
 from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -154,19 +154,9 @@ class C128ADispatch(Dispatch):
     deployment_fields = ("max_model_len",)
     default_warm = staticmethod(warm_compile_keys)
 
-    def __init__(
-        self,
-        original: Callable[..., Any],
-        *,
-        table: Table | None = None,
-        resolve: Resolver | None = None,
-        arch_of: ArchOf | None = None,
-        warm: Warm = warm_compile_keys,
-        lazy_warmup: bool = True,
-    ) -> None:
+    def __init__(self, original: Callable[..., Any], **options: Unpack[Options]) -> None:
         functools.update_wrapper(self, original)
-        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
-                          lazy_warmup=lazy_warmup)
+        super().__init__(original, **options)
         self.max_model_lens: dict[tuple[int, int], int] = {}
 
     # -- deployment facts, recorded while vLLM starts ---------------------------------

@@ -42,7 +42,7 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import torch
 from dsv4_kernels import combine_topk_swa as kernels_cts
@@ -50,7 +50,7 @@ from dsv4_policy.kernels import combine_topk_swa as policy_cts
 from dsv4_policy.kernels.combine_topk_swa import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.dispatch import ArchOf, Dispatch, Warm, device_token
+from dsv4_vllm.dispatch import Dispatch, Options, device_token
 from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -156,19 +156,9 @@ class CombineTopkSwaDispatch(Dispatch):
     deployment_fields = ("window_size", "max_image_tokens")
     default_warm = staticmethod(warm_compile_keys)
 
-    def __init__(
-        self,
-        original: Callable[..., Any],
-        *,
-        table: Table | None = None,
-        resolve: Resolver | None = None,
-        arch_of: ArchOf | None = None,
-        warm: Warm = warm_compile_keys,
-        lazy_warmup: bool = True,
-    ) -> None:
+    def __init__(self, original: Callable[..., Any], **options: Unpack[Options]) -> None:
         functools.update_wrapper(self, original)
-        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
-                          lazy_warmup=lazy_warmup)
+        super().__init__(original, **options)
 
     def __repr__(self) -> str:
         return f"CombineTopkSwaDispatch({self.original!r})"

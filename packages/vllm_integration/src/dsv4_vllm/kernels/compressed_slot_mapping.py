@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import torch
 from dsv4_kernels import compressed_slot_mapping as kernels_csm
@@ -41,7 +41,7 @@ from dsv4_policy.kernels import compressed_slot_mapping as policy_csm
 from dsv4_policy.kernels.compressed_slot_mapping import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.dispatch import ArchOf, Dispatch, Warm
+from dsv4_vllm.dispatch import Dispatch, Options
 from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -116,18 +116,8 @@ class CompressedSlotMappingDispatch(Dispatch):
     deployment_fields = ("dcp_world_size",)
     default_warm = staticmethod(warm_compile_keys)
 
-    def __init__(
-        self,
-        original: Any,
-        *,
-        table: Table | None = None,
-        resolve: Resolver | None = None,
-        arch_of: ArchOf | None = None,
-        warm: Warm = warm_compile_keys,
-        lazy_warmup: bool = True,
-    ) -> None:
-        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
-                          lazy_warmup=lazy_warmup)
+    def __init__(self, original: Any, **options: Unpack[Options]) -> None:
+        super().__init__(original, **options)
         # inspect.signature(dispatch) is vLLM's function's signature.
         self.__wrapped__ = original
         self._prepared: dict[tuple[int, int], Callable[..., torch.Tensor]] = {}

@@ -58,7 +58,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import torch
 from dsv4_kernels.fused_inv_rope_fp8_quant import launch as kernels_firq
@@ -66,7 +66,7 @@ from dsv4_policy.kernels import fused_inv_rope_fp8_quant as policy_firq
 from dsv4_policy.kernels.fused_inv_rope_fp8_quant import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.dispatch import ArchOf, Dispatch, Warm, device_token
+from dsv4_vllm.dispatch import Dispatch, Options, device_token
 from dsv4_vllm.guard import KEYWORD, POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Target
 
@@ -245,18 +245,8 @@ class FusedInvRopeFP8QuantDispatch(Dispatch):
     deployment_fields = Deployment._fields
     default_warm = staticmethod(warm_compile_keys)
 
-    def __init__(
-        self,
-        original: Any,
-        *,
-        table: Table | None = None,
-        resolve: Resolver | None = None,
-        arch_of: ArchOf | None = None,
-        warm: Warm = warm_compile_keys,
-        lazy_warmup: bool = True,
-    ) -> None:
-        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
-                          lazy_warmup=lazy_warmup)
+    def __init__(self, original: Any, **options: Unpack[Options]) -> None:
+        super().__init__(original, **options)
         # inspect.signature(dispatch) is vLLM's __call__ signature.
         self.__wrapped__ = original.__call__
         self.start_up = StartUpWarmup(self)

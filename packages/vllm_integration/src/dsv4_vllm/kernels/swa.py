@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
 import torch
 from dsv4_kernels import swa as kernels_swa
@@ -32,7 +32,7 @@ from dsv4_policy.kernels import swa as policy_swa
 from dsv4_policy.kernels.swa import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.dispatch import ArchOf, Dispatch, Warm
+from dsv4_vllm.dispatch import Dispatch, Options
 from dsv4_vllm.guard import KEYWORD, POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -108,18 +108,8 @@ class SWADispatch(Dispatch):
     deployment_fields = ("window_size", "block_size", "max_image_tokens")
     default_warm = staticmethod(warm_swa_compile_keys)
 
-    def __init__(
-        self,
-        original: Any,
-        *,
-        table: Table | None = None,
-        resolve: Resolver | None = None,
-        arch_of: ArchOf | None = None,
-        warm: Warm = warm_swa_compile_keys,
-        lazy_warmup: bool = True,
-    ) -> None:
-        self._init_policy(original, table=table, resolve=resolve, arch_of=arch_of, warm=warm,
-                          lazy_warmup=lazy_warmup)
+    def __init__(self, original: Any, **options: Unpack[Options]) -> None:
+        super().__init__(original, **options)
         # inspect.signature(dispatch) is vLLM's __call__ signature.
         self.__wrapped__ = original.__call__
         self.deployments: dict[tuple[int, int], int] = {}
