@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsv4_evals.bench import paths
+from dsv4_evals.bench import paths, vllm_files
 
 OUT = paths.upstream("combine_topk_swa")
 SOURCES = paths.repo_root() / ".vllm-sources" / "vllm-0.33.0-sources.zip"
@@ -92,11 +92,8 @@ def _from_zip(path: Path) -> str:
 
 
 def _from_installed() -> str | None:
-    found = importlib.util.find_spec("vllm")
-    if found is None or not found.submodule_search_locations:
-        return None
-    path = Path(next(iter(found.submodule_search_locations))).parent / MODULE
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    found = vllm_files.installed_vllm_file(MODULE)
+    return None if found is None else found[0]
 
 
 def extract(sources: Path | None = None, wheel: Path | None = None, out: Path = OUT) -> Path:

@@ -41,7 +41,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from dsv4_evals.bench import paths
+from dsv4_evals.bench import paths, vllm_files
 
 REPO = paths.repo_root()
 OUT = paths.upstream("compressed_slot_mapping")
@@ -59,12 +59,7 @@ class UpstreamError(RuntimeError):
     """vLLM's kernel could not be found or its source failed a hash check."""
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+_sha256 = vllm_files.file_sha256
 
 
 def locked_wheel_hashes(lock: Path = REPO / "uv.lock") -> set[str]:
@@ -144,17 +139,7 @@ def _from_zip(path: Path, *, wheel: bool) -> tuple[str, dict[str, str]]:
 
 
 def _from_installed() -> tuple[str, dict[str, str]] | None:
-    found = importlib.util.find_spec("vllm")
-    if found is None or not found.submodule_search_locations:
-        return None
-    version = importlib.metadata.version("vllm")
-    if version != VERSION:
-        raise UpstreamError(f"the installed vllm is {version}, not {VERSION}")
-    path = Path(next(iter(found.submodule_search_locations))).parent / MODULE
-    if not path.is_file():
-        return None
-    return path.read_text(encoding="utf-8"), {"origin": f"installed vllm {version}",
-                                               "origin_sha256": _sha256(path)}
+    return vllm_files.installed_vllm_file(MODULE, VERSION, UpstreamError)
 
 
 def extract(zip_path: Path | None = None, wheel: Path | None = None, out: Path = OUT) -> Path:

@@ -50,7 +50,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from dsv4_evals.bench import paths
+from dsv4_evals.bench import paths, vllm_files
 from dsv4_evals.bench.compressed_slot_mapping.upstream import locked_wheel_hashes
 
 NAME = "fused_inv_rope_fp8_quant"
@@ -85,13 +85,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _file_digest(path: Path) -> str:
-    """sha256 of a file read in blocks (a vLLM wheel is 336 MB)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+_file_digest = vllm_files.file_sha256
 
 
 def sources_folder() -> Path:
@@ -127,17 +121,7 @@ def _bundle(folder: Path, member: str) -> tuple[str, dict[str, str]] | None:
 
 
 def _installed(member: str) -> tuple[str, dict[str, str]] | None:
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    version = importlib.metadata.version("vllm")
-    if version != VERSION:
-        raise UpstreamError(f"the installed vllm is {version}, not {VERSION}")
-    path = Path(next(iter(spec.submodule_search_locations))).parent / member
-    if not path.is_file():
-        return None
-    return path.read_text(encoding="utf-8"), {"origin": f"installed vllm {version}",
-                                               "origin_sha256": _file_digest(path)}
+    return vllm_files.installed_vllm_file(member, VERSION, UpstreamError)
 
 
 def read_vllm_module(member: str, *, zip_path: Path | None = None,

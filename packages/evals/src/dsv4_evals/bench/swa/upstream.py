@@ -29,7 +29,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from dsv4_evals.bench import paths
+from dsv4_evals.bench import paths, vllm_files
 
 OUT = paths.upstream("swa")
 MODULE = "vllm/v1/attention/backends/mla/sparse_swa.py"
@@ -56,11 +56,8 @@ def _from_wheel(wheel: Path) -> str:
 
 
 def _from_installed() -> str | None:
-    found = importlib.util.find_spec("vllm")
-    if found is None or not found.submodule_search_locations:
-        return None
-    path = Path(next(iter(found.submodule_search_locations))).parent / MODULE
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    found = vllm_files.installed_vllm_file(MODULE)
+    return None if found is None else found[0]
 
 
 def extract(wheel: Path | None = None, out: Path = OUT) -> Path:
