@@ -13,6 +13,8 @@ on which kernel it is lives here, once:
   errors, writing it back, building the index);
 - rendering entries back to TOML, and reading and writing a kernel's tables
   (:class:`TableFiles`);
+- a deployment's compile keys: the entries it cannot exclude (:func:`deployment_sources`),
+  after its facts are checked (:func:`check_ints`);
 - :class:`KernelSpec`, what a kernel hands to :mod:`dsv4_policy.registry`.
 
 A kernel module (``dsv4_policy/kernels/<name>.py``) then only states its key fields,
@@ -31,7 +33,7 @@ from typing import Any
 
 from dsv4_policy import toml_out
 from dsv4_policy.arch import ARCH_ACCEPTED, ARCH_PATTERN, arch_major
-from dsv4_policy.conditions import INT_MAX, Condition, Range, expand
+from dsv4_policy.conditions import INT_MAX, Condition, Range, contains, expand
 from dsv4_policy.table import SCHEMA_VERSION, Entry, KeyField, Schema, Table, load, loads, what
 
 WARPS = (1, 2, 4, 8, 16)
@@ -467,6 +469,40 @@ def tile_schema(
                          config_to_toml=to_toml, compile=compile_index)
 
 
+# --------------------------------------------------------------------------- deployments
+def check_ints(*values: tuple[str, object, int]) -> None:
+    """Raise ValueError for the first ``(name, value, low)`` whose value is not an integer
+    in ``low..2**63-1``: the check of every deployment fact a kernel's warm-up takes."""
+    for name, value, low in values:
+        if type(value) is not int or not low <= value <= INT_MAX:
+            raise ValueError(f"{name} must be an integer >= {low}; got {what(value)}")
+
+
+def deployment_sources(
+    baseline: Iterable[tuple], entries: Iterable[Entry[Any]],
+    given: Iterable[tuple[str, object]], compile_key: Callable[[Any], tuple],
+) -> dict[tuple, tuple[str, ...]]:
+    """The compile keys a deployment can use, each with its sources, in order found.
+
+    Every key of ``baseline`` comes from ``"baseline"``; then ``compile_key(entry.config)``
+    of each entry comes from ``"table:<id>"`` unless the entry's match excludes one of the
+    deployment's ``given`` ``(field, value)`` pairs. Every other key field varies from
+    call to call, so the result may be a superset, which is safe for warm-up (one binary
+    too many costs start-up time, never correctness).
+    """
+    given = tuple(given)
+    found: dict[tuple, list[str]] = {key: ["baseline"] for key in baseline}
+    for e in entries:
+        m = e.match
+        if any(m.get(name) is not None and not contains(m[name], value)
+               for name, value in given):
+            continue
+        sources = found.setdefault(compile_key(e.config), [])
+        if f"table:{e.id}" not in sources:
+            sources.append(f"table:{e.id}")
+    return {k: tuple(v) for k, v in found.items()}
+
+
 # --------------------------------------------------------------------------- registration
 @dataclass(frozen=True)
 class DeploymentParam:
@@ -523,7 +559,8 @@ class KernelSpec:
 __all__ = [
     "ARCH_FIELD", "LEAF_SIZE", "MAX_BOXES", "MAX_DEPTH", "MAX_ELEMENTS_PER_THREAD", "WARPS",
     "DeploymentParam", "Index", "KernelSpec", "Split", "TableFiles", "arch_trees", "box_count",
-    "boxes", "candidates", "condition_toml", "elements_problem", "entry_problems", "index_of",
+    "boxes", "candidates", "check_ints", "condition_toml", "deployment_sources",
+    "elements_problem", "entry_problems", "index_of",
     "kernel_schema", "load_shipped", "power_of_two_problem", "refuse_tile", "render", "runs",
     "split", "tile_schema", "warps_problem",
 ]

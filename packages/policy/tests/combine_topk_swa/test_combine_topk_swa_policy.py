@@ -2,21 +2,24 @@
 matches gets vLLM's launch (the very baseline object), a hit gets exactly its entry's
 tile, warm-up covers every launch, and tables round-trip through TOML.
 
-The match oracle here restates the table semantics plainly (a loop over the entry's
-conditions), independent of the package's index.
+The match oracle (``policy_strategies.oracle_match``) restates the table semantics
+plainly (a loop over the entry's conditions), independent of the package's index.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import policy_checks as shared
 import pytest
 from dsv4_policy import launch_table
+from dsv4_policy import table as generic
 from dsv4_policy.conditions import Range
 from dsv4_policy.kernels import combine_topk_swa as policy
 from dsv4_policy.table import Entry, TableError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from policy_strategies import oracle_match
 
 ARCHS = ("sm80", "sm86", "sm90", "sm90a", "sm100", "sm120")
 INT_NAMES = [f.name for f in policy.INT_FIELDS]
@@ -61,8 +64,6 @@ def matches(draw: st.DrawFn) -> dict[str, object]:
 
 @st.composite
 def entry_lists(draw: st.DrawFn) -> list[Entry]:
-    from dsv4_policy import table as generic
-
     found: list[Entry] = []
     for i in range(draw(st.integers(0, 5))):
         candidate = Entry(f"e{i}", draw(matches()), draw(tiles),
@@ -72,18 +73,6 @@ def entry_lists(draw: st.DrawFn) -> list[Entry]:
     return found
 
 
-def oracle_matches(entry: Entry, key: policy.Key) -> bool:
-    """Whether ``key`` satisfies every condition of ``entry``, by plain comparisons."""
-    for name, cond in entry.match.items():
-        value = getattr(key, name)
-        if isinstance(cond, Range):
-            if value < cond.min or (cond.max is not None and value > cond.max):
-                return False
-        elif value not in cond:  # type: ignore[operator]
-            return False
-    return True
-
-
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(entry_lists(), st.lists(keys(), min_size=1, max_size=6))
 def test_resolve_is_total_and_falls_back_unchanged(entries: list[Entry],
@@ -91,7 +80,7 @@ def test_resolve_is_total_and_falls_back_unchanged(entries: list[Entry],
     table = policy.make_table(entries)
     for key in probe:
         launch = policy.resolve(key, table)
-        hits = [e for e in entries if oracle_matches(e, key)]
+        hits = [e for e in entries if oracle_match(e, key)]
         assert len(hits) <= 1
         assert isinstance(launch, policy.Launch)
         assert not policy.tile_problems(*launch.compile_key())
@@ -102,10 +91,7 @@ def test_resolve_is_total_and_falls_back_unchanged(entries: list[Entry],
             assert launch.compile_key() == (1, 1024, 4)
             continue
         event("hit")
-        tile = hits[0].config
-        assert launch.source == f"table:{hits[0].id}"
-        assert launch.compile_key() == (tile.tokens_per_program, tile.cols_per_program,
-                                        tile.num_warps)
+        assert launch == shared.tile_launch(policy, hits[0])
         deployment = policy.deployment_of(key)
         if deployment is not None:
             assert launch.compile_key() in policy.compile_keys(table, key.arch, **deployment)
@@ -114,12 +100,9 @@ def test_resolve_is_total_and_falls_back_unchanged(entries: list[Entry],
 @settings(max_examples=200)
 @given(keys())
 def test_the_shipped_table_gives_every_key_vllms_launch(key: policy.Key) -> None:
-    # The shipped table starts empty; the tuner fills it. Until then every call runs vLLM's.
-    table = policy.shipped_table()
-    launch = policy.resolve(key)
-    assert launch == policy.resolve(key, table)
-    if not table.entries:
-        assert launch is policy.baseline(key) and launch.source == "baseline"
+    # A key the shipped table has no entry for runs vLLM's own function.
+    assert policy.resolve(key) == policy.resolve(key, policy.shipped_table())
+    shared.check_shipped_and_empty(policy, key, (1, 1024, 4))
 
 
 def test_a_key_just_outside_an_entry_gets_the_baseline() -> None:
@@ -141,10 +124,7 @@ def test_a_key_just_outside_an_entry_gets_the_baseline() -> None:
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(entry_lists())
 def test_tables_round_trip_through_toml(entries: list[Entry]) -> None:
-    text = policy.render_table(entries, "a header\nover two lines")
-    loaded = policy.loads_table(text, "<test>")
-    assert loaded.entries == tuple(entries)
-    assert policy.render_table(loaded.entries, "a header\nover two lines") == text
+    shared.check_round_trip(policy, entries, "a header\nover two lines")
 
 
 def test_compile_keys_cover_the_baseline_and_only_applicable_entries() -> None:
@@ -174,12 +154,10 @@ def test_keys_and_tiles_refuse_bad_values_naming_the_field() -> None:
                         ("num_tokens", 1.5), ("arch", "hopper")):
         with pytest.raises(ValueError, match=name if name != "arch" else "arch"):
             policy.Key(**{**good, name: value})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="cols_per_program"):
-        policy.Tile(1, 8, 4)
-    with pytest.raises(ValueError, match="num_warps"):
-        policy.Tile(1, 128, 3)
-    with pytest.raises(ValueError, match="exceeds 128 elements per thread"):
-        policy.Tile(256, 8192, 4)
+    for tile, message in (((1, 8, 4), "cols_per_program must be a power of two in 16..8192"),
+                          ((1, 128, 3), "num_warps must be one of"),
+                          ((256, 8192, 4), "exceeds 128 elements per thread")):
+        shared.check_bad_tile(policy, tile, message)
 
 
 def test_tables_refuse_bad_entries_naming_entry_and_field() -> None:
@@ -194,11 +172,9 @@ def test_tables_refuse_bad_entries_naming_entry_and_field() -> None:
         with pytest.raises(TableError) as info:
             policy.make_table(entries)
         assert any(p.field == field for p in info.value.problems), str(info.value)
-    text = ('schema = 1\n[[entry]]\nid = "x"\n[entry.launch]\ntokens_per_program = 1\n'
-            'cols_per_program = 128\nnum_warps = 4\nrow_stride = 8\n')
-    with pytest.raises(TableError) as info:
-        policy.loads_table(text)
-    assert {p.field for p in info.value.problems} == {"launch.row_stride"}
+    shared.check_files_refuse_unknown_fields_and_overlaps(
+        policy, (2, 128, 1), policy.Key("sm90", 4, 512, 128, 0, 0, 1, 1),
+        unknown_launch="row_stride", unknown_match="no_such")
 
 
 def test_tuner_entries_carry_the_provenance_check_needs() -> None:
@@ -215,14 +191,10 @@ def test_tuner_entries_carry_the_provenance_check_needs() -> None:
 
 def test_the_kernel_spec_describes_this_module() -> None:
     spec = policy.KERNEL
-    assert spec.name == "combine_topk_swa" and spec.table_file == "tables/combine_topk_swa.toml"
-    assert spec.key_type is policy.Key and spec.launch_type is policy.Launch
-    assert spec.tile_type is policy.Tile and spec.baseline_tile == policy.Tile(1, 1024, 4)
-    assert spec.compile_key_fields == ("tokens_per_program", "cols_per_program", "num_warps")
-    assert [d.name for d in spec.deployment] == ["window_size", "max_image_tokens"]
-    key = policy.Key(**{k: v for k, v in spec.key_defaults.items() if v is not None},
-                     arch="sm90")
-    assert spec.baseline(key) is policy.baseline(key)
+    key = shared.check_spec(policy,
+                            compile_key_fields=("tokens_per_program", "cols_per_program",
+                                                "num_warps"),
+                            deployment=["window_size", "max_image_tokens"])
+    assert spec.name == "combine_topk_swa" and spec.baseline_tile == policy.Tile(1, 1024, 4)
     assert spec.describe(key) == [("combined_topk", 640)]
-    assert spec.shipped_table().source.endswith(spec.table_file)
     assert spec.compile_keys(None, "sm90", window_size=128) >= {(1, 1024, 4)}

@@ -12,15 +12,15 @@
 
 from __future__ import annotations
 
+import policy_checks as shared
 import pytest
-from dsv4_policy import launch_table, registry
+from dsv4_policy import registry
 from dsv4_policy.kernels import fused_inv_rope_fp8_quant as policy
-from dsv4_policy.table import Entry, TableError
+from dsv4_policy.table import Entry
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 INT32 = 2**31 - 1
-ARCHES = ["sm80", "sm86", "sm90", "sm90a", "sm100", "sm120"]
 TILES = [(t, h, w) for t in (1, 2, 4, 8, 16, 32, 64) for h in (1, 2, 4, 8, 16, 32, 64)
          for w in (1, 2, 4, 8, 16) if t * h * 512 <= 128 * 32 * w]
 
@@ -28,64 +28,25 @@ TILES = [(t, h, w) for t in (1, 2, 4, 8, 16, 32, 64) for h in (1, 2, 4, 8, 16, 3
 @st.composite
 def keys(draw: st.DrawFn) -> policy.Key:
     return policy.Key(
-        draw(st.sampled_from(ARCHES)), draw(st.integers(0, 1 << 20) | st.integers(0, INT32)),
+        draw(st.sampled_from(shared.ARCHES)), draw(st.integers(0, 1 << 20) | st.integers(0, INT32)),
         draw(st.sampled_from([8, 16, 32, 64, 128]) | st.integers(1, 4096)),
         draw(st.sampled_from([512, 128]) | st.integers(1, 4096)),
         draw(st.sampled_from([128, 64]) | st.integers(1, 4096)),
         draw(st.integers(0, 1)), draw(st.integers(0, 1)))
 
 
-def _range(draw: st.DrawFn, low: int, high: int) -> policy.Range:
-    a, b = sorted(draw(st.integers(low, high)) for _ in range(2))
-    return policy.Range(a, None if draw(st.booleans()) and b == high else b)
-
-
-@st.composite
-def tables(draw: st.DrawFn) -> policy.Table:
-    """Valid tables: entries own disjoint num_tokens spans, so none overlap; every other
-    field is left open or given a random condition."""
-    cuts = sorted(draw(st.sets(st.integers(0, 20_000), min_size=1, max_size=7)))
-    entries = []
-    for i, (lo, hi) in enumerate(zip(cuts, [*cuts[1:], None], strict=True)):
-        match: dict[str, object] = {"num_tokens": policy.Range(lo, None if hi is None
-                                                                else hi - 1)}
-        if draw(st.booleans()):
-            match["arch"] = draw(st.lists(st.sampled_from(ARCHES), min_size=1, max_size=3,
-                                          unique=True))
-        if draw(st.booleans()):
-            match["num_heads"] = draw(st.lists(st.sampled_from([8, 16, 32, 64, 128]),
-                                               min_size=1, max_size=3, unique=True))
-        for name in ("tma_aligned_scales", "quantize"):
-            if draw(st.booleans()):
-                match[name] = draw(st.integers(0, 1))
-        for name, low, high in (("head_dim", 1, 1024), ("quant_group_size", 1, 256)):
-            if draw(st.booleans()):
-                match[name] = _range(draw, low, high)
-        tile = policy.Tile(*draw(st.sampled_from(TILES)))
-        provenance = {"probes": draw(st.integers(1, 99)),
-                      "worst_speedup": f"{draw(st.floats(1.0, 9.0)):.3f}x"}
-        entries.append(Entry(f"e{i}-{lo}", match, tile, provenance))
-    return policy.make_table(entries)
+def tables() -> st.SearchStrategy[policy.Table]:
+    return shared.spanning_tables(policy, tiles=TILES, span_max=20_000,
+                           sets={"num_heads": ([8, 16, 32, 64, 128], 3)},
+                           flags=("tma_aligned_scales", "quantize"),
+                           ranges={"head_dim": (1, 1024), "quant_group_size": (1, 256)})
 
 
 @settings(max_examples=300)
 @given(table=tables(), key=keys())
 def test_resolve_is_total_and_warm_up_covers_it(table: policy.Table, key: policy.Key) -> None:
-    launch = policy.resolve(key, table)
-    assert isinstance(launch, policy.Launch)
-    hits = table.matches(key)
-    assert len(hits) <= 1
-    if hits:
-        tile = hits[0].config
-        assert launch == policy.Launch(tile.tokens_per_program, tile.heads_per_program,
-                                       tile.num_warps, f"table:{hits[0].id}")
-    else:
-        assert launch is policy.baseline(key)
-    deployment = policy.KERNEL.deployment_of(key)
-    assert deployment == {"num_heads": key.num_heads, "head_dim": key.head_dim,
-                          "quant_group_size": key.quant_group_size}
-    assert launch.compile_key() in policy.compile_key_sources(table, key.arch, **deployment)
-    assert launch.compile_key() in policy.KERNEL.compile_keys(table, key.arch, **deployment)
+    shared.check_resolve(policy, table, key, {"num_heads": key.num_heads, "head_dim": key.head_dim,
+                                       "quant_group_size": key.quant_group_size})
 
 
 @settings(max_examples=200)
@@ -109,59 +70,33 @@ def test_a_key_outside_every_entry_gets_the_baseline(table: policy.Table,
                          key.quantize)
         assert not table.matches(key)
     assert last >= 0
-    if not table.matches(key):
-        launch = policy.resolve(key, table)
-        assert launch is policy.baseline(key)
-        assert launch.source == "baseline"
-        assert launch.compile_key() == (1, 1, 1)
+    shared.check_falls_back(policy, table, key)
 
 
 @settings(max_examples=200)
 @given(key=keys())
 def test_the_shipped_table_and_an_empty_one_resolve_to_vllms_launch(key: policy.Key) -> None:
-    empty = policy.make_table([])
-    assert policy.resolve(key, empty) is policy.baseline(key)
-    if not policy.shipped_table().matches(key):
-        assert policy.resolve(key) is policy.baseline(key)
-    base = policy.baseline(key)
-    assert (base.tokens_per_program, base.heads_per_program, base.num_warps) == (1, 1, 1)
-    assert policy.Tile(1, 1, 1) == policy.BASELINE_TILE
+    shared.check_shipped_and_empty(policy, key, (1, 1, 1))
 
 
 @settings(max_examples=150)
 @given(table=tables(), header=st.text(st.characters(codec="ascii", exclude_categories=["Cc"]),
                                      max_size=60))
 def test_tables_round_trip_through_toml(table: policy.Table, header: str) -> None:
-    text = policy.render_table(table.entries, header)
-    again = policy.loads_table(text, "<round trip>")
-    assert again == table
-    assert policy.render_table(again.entries, header) == text
+    assert shared.check_round_trip(policy, table.entries, header) == table
 
 
 def test_the_shipped_table_is_valid_and_every_entry_has_its_evidence() -> None:
-    table = policy.shipped_table()
-    assert table.schema is policy.SCHEMA
-    assert str(table.source).endswith("tables/fused_inv_rope_fp8_quant.toml")
-    for entry in table.entries:
-        assert launch_table.provenance_problems(entry) == [], entry.id
+    shared.check_shipped_evidence(policy)
     assert policy.compile_keys(None, "sm90", num_heads=64) >= {(1, 1, 1)}
 
 
 def test_the_kernel_spec_is_registered_and_describes_this_policy() -> None:
-    spec = registry.get("fused_inv_rope_fp8_quant")
-    assert spec is policy.KERNEL
-    assert isinstance(spec, launch_table.KernelSpec)
-    assert spec.table_file == "tables/fused_inv_rope_fp8_quant.toml"
-    assert spec.key_type is policy.Key and spec.launch_type is policy.Launch
-    assert spec.tile_type is policy.Tile and spec.baseline_tile == policy.BASELINE_TILE
-    assert spec.compile_key_fields == ("tokens_per_program", "heads_per_program", "num_warps")
-    assert [p.name for p in spec.deployment] == ["num_heads", "head_dim", "quant_group_size"]
-    assert set(spec.key_defaults) == set(policy.SCHEMA.field_names)
-    defaults = {k: v for k, v in spec.key_defaults.items() if v is not None}
-    key = policy.Key(arch="sm90", **defaults)  # type: ignore[arg-type]
-    assert spec.resolve(key, None) == policy.resolve(key)
-    assert spec.baseline(key) is policy.baseline(key)
-    assert dict(spec.describe(policy.Key("sm90", 5, 64)))["tma_aligned_T"] == 8
+    assert registry.get("fused_inv_rope_fp8_quant") is policy.KERNEL
+    shared.check_spec(policy,
+                      compile_key_fields=("tokens_per_program", "heads_per_program", "num_warps"),
+                      deployment=["num_heads", "head_dim", "quant_group_size"])
+    assert dict(policy.KERNEL.describe(policy.Key("sm90", 5, 64)))["tma_aligned_T"] == 8
 
 
 def test_compile_keys_skip_entries_other_deployments_need() -> None:
@@ -204,25 +139,10 @@ def test_bad_keys_name_the_field(args: tuple, message: str) -> None:
 ])
 def test_bad_tiles_are_refused_in_code_and_in_files(tile: tuple[int, int, int],
                                                     message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        policy.Tile(*tile)
-    text = (f"schema = 1\n[[entry]]\nid = \"a\"\n[entry.launch]\ntokens_per_program = "
-            f"{tile[0]}\nheads_per_program = {tile[1]}\nnum_warps = {tile[2]}\n")
-    with pytest.raises(TableError, match=message):
-        policy.loads_table(text)
+    shared.check_bad_tile(policy, tile, message)
 
 
 def test_table_files_refuse_unknown_fields_and_overlaps() -> None:
-    base = "schema = 1\n[[entry]]\nid = \"a\"\n[entry.launch]\ntokens_per_program = 1\n"
-    with pytest.raises(TableError, match="missing; a launch gives tokens_per_program, "
-                                         "heads_per_program and num_warps"):
-        policy.loads_table(base + "num_warps = 1\n")
-    with pytest.raises(TableError, match="unknown field 'cols_per_program'"):
-        policy.loads_table(base + "heads_per_program = 2\nnum_warps = 1\ncols_per_program = 1\n")
-    with pytest.raises(TableError, match="unknown match field 'window_size'"):
-        policy.loads_table(base + "heads_per_program = 2\nnum_warps = 1\n[entry.match]\n"
-                                  "window_size = 128\n")
-    two = [Entry(f"e{i}", {"num_tokens": policy.Range(i * 10, 100)}, policy.Tile(1, 2, 1))
-           for i in range(2)]
-    with pytest.raises(TableError, match="overlap"):
-        policy.make_table(two)
+    shared.check_files_refuse_unknown_fields_and_overlaps(
+        policy, (1, 2, 1), policy.Key("sm90", 1, 64),
+        unknown_launch="cols_per_program", unknown_match="window_size")

@@ -21,15 +21,15 @@ table is ``dsv4_policy/tables/compressed_slot_mapping.toml``.
 
 from __future__ import annotations
 
-from bisect import bisect_right as _bisect
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 
 from dsv4_policy import launch_table
-from dsv4_policy.arch import _MAJOR, ARCH_ACCEPTED, ARCH_PATTERN, arch_major
-from dsv4_policy.conditions import INT_MAX, Range, contains
-from dsv4_policy.launch_table import DeploymentParam, KernelSpec, Split
-from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
+from dsv4_policy.arch import _MAJOR, arch_major
+from dsv4_policy.conditions import INT_MAX, Range
+from dsv4_policy.launch_table import DeploymentParam, KernelSpec
+from dsv4_policy.launch_table import candidates as _candidates
+from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError
 
 NAME = "compressed_slot_mapping"
 CompileKey = tuple[int, int]
@@ -69,16 +69,14 @@ class Tile:
     num_warps: int
 
     def __post_init__(self) -> None:
-        found = tile_problems(self.tokens_per_program, self.num_warps)
-        if found:
-            raise ValueError("invalid Tile: " + "; ".join(message for _, message in found))
+        launch_table.refuse_tile(tile_problems(self.tokens_per_program, self.num_warps))
 
 
 BASELINE_TILE = Tile(1024, 4)
 """vLLM 0.33.0's launch shape: 1024 lanes per program, 4 warps."""
 
 FIELDS = (
-    KeyField("arch", str, pattern=ARCH_PATTERN, accepted=ARCH_ACCEPTED),
+    launch_table.ARCH_FIELD,
     KeyField("compress_ratio", int, minimum=1),
     KeyField("block_size", int, minimum=1),
     KeyField("dcp_world_size", int, minimum=1),
@@ -160,55 +158,25 @@ class Launch:
 
 
 _BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.num_warps, "baseline")
+_tile_key = attrgetter(*TILE_FIELDS)
+"""A tile's compile key: its fields, in order."""
 
 
 # --------------------------------------------------------------------------- the table
-def _parse_tile(raw: Mapping[str, object], report: Callable[[str, str], None]) -> Tile | None:
-    extra = [k for k in raw if k not in TILE_FIELDS]
-    for name in extra:
-        report(name, f"unknown field {name!r}; accepted: {', '.join(TILE_FIELDS)} (an entry "
-                     "sets only its tile; what is written comes from the call)")
-    missing = [k for k in TILE_FIELDS if k not in raw]
-    for name in missing:
-        report(name, "missing; a launch gives tokens_per_program and num_warps")
-    if extra or missing:
-        return None
-    found = tile_problems(*(raw[k] for k in TILE_FIELDS))
-    for name, message in found:
-        report(name, message)
-    return None if found else Tile(*(raw[k] for k in TILE_FIELDS))  # type: ignore[arg-type]
-
-
-def _check_tile(config: object) -> list[tuple[str, str]]:
-    if not isinstance(config, Tile):
-        return [("tile", f"a {NAME} entry's config must be a {NAME} Tile; got {what(config)}")]
-    return []
-
-
-def _tile_toml(tile: Tile) -> dict[str, object]:
-    return {name: getattr(tile, name) for name in TILE_FIELDS}
-
-
-@dataclass(frozen=True)
-class Index:
-    """Entries laid out for the hot path: per arch, a Split tree over the boxes; each box
-    is ``(lo, hi)`` pairs for :data:`INT_FIELDS` flattened, then the entry's launch."""
-
-    by_arch: Mapping[str, object]
-    other: object
+class Index(launch_table.Index):
+    """The compressed_slot_mapping table's index. A box's hit is ``(launch,)``: the
+    entry's tile as the one shared :class:`Launch`."""
 
 
 def _hit(e: Entry[Tile]) -> tuple:
     return (Launch(e.config.tokens_per_program, e.config.num_warps, f"table:{e.id}"),)
 
 
-def _compile(entries: tuple[Entry[Tile], ...], header: object) -> Index:
-    return Index(*launch_table.arch_trees(entries, INT_FIELDS, _hit))
-
-
-SCHEMA: Schema[Tile] = launch_table.kernel_schema(
-    NAME, FIELDS, parse_config=_parse_tile, check_config=_check_tile,
-    config_to_toml=_tile_toml, compile=_compile,
+SCHEMA: Schema[Tile] = launch_table.tile_schema(
+    NAME, FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
+    index_type=Index, hit=_hit,
+    unknown_hint=lambda field: " (an entry sets only its tile; what is written comes from "
+                               "the call)",
 )
 FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
 SHIPPED = FILES.shipped
@@ -220,10 +188,7 @@ render_table = FILES.render_table
 
 
 def _index(table: object) -> Index:
-    index = getattr(table, "compiled", None)
-    if type(index) is not Index:
-        raise TypeError(f"expected a {NAME} launch table, got {table!r}")
-    return index
+    return launch_table.index_of(table, Index, f"a {NAME}")  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- resolving
@@ -238,10 +203,7 @@ def resolve(key: Key, table: Table[Tile] | None = None) -> Launch:
     ``table`` None means the shipped table. A valid table has no overlapping entries,
     so the first candidate box that matches is the only entry that matches.
     """
-    index = _index(shipped_table() if table is None else table)
-    boxes = index.by_arch.get(key.arch, index.other)
-    while type(boxes) is Split:
-        boxes = boxes.children[_bisect(boxes.cuts, getattr(key, boxes.name)) - 1]
+    boxes = _candidates(_index(shipped_table() if table is None else table), key)
     if boxes:
         cr, bs, dcp = key.compress_ratio, key.block_size, key.dcp_world_size
         nr, nt, rows = key.num_reqs, key.num_tokens, key.num_rows
@@ -265,19 +227,10 @@ def compile_key_sources(
     table = shipped_table() if table is None else table
     _index(table)
     arch_major(arch)
-    if type(dcp_world_size) is not int or not 1 <= dcp_world_size <= INT_MAX:
-        raise ValueError(f"dcp_world_size must be an integer >= 1; got {what(dcp_world_size)}")
-    found: dict[CompileKey, list[str]] = {_BASELINE.compile_key(): ["baseline"]}
-    for e in table.entries:
-        m = e.match
-        if any(m.get(name) is not None and not contains(m[name], value)
-               for name, value in (("arch", arch), ("dcp_world_size", dcp_world_size))):
-            continue
-        key = (e.config.tokens_per_program, e.config.num_warps)
-        sources = found.setdefault(key, [])
-        if f"table:{e.id}" not in sources:
-            sources.append(f"table:{e.id}")
-    return {k: tuple(v) for k, v in found.items()}
+    launch_table.check_ints(("dcp_world_size", dcp_world_size, 1))
+    return launch_table.deployment_sources(  # type: ignore[return-value]
+        [_BASELINE.compile_key()], table.entries,
+        (("arch", arch), ("dcp_world_size", dcp_world_size)), _tile_key)
 
 
 def compile_keys(table: Table[Tile] | None, arch: str, *, dcp_world_size: int = 1,
@@ -295,19 +248,13 @@ KERNEL = KernelSpec(
     name=NAME,
     summary="compressed KV slot mapping (vLLM 0.33.0 get_compressed_slot_mapping, fill "
             "included)",
-    schema=SCHEMA,
+    **FILES.spec_fields(),
     key_type=Key,
     launch_type=Launch,
     tile_type=Tile,
     baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    table_file=SHIPPED,
-    shipped_table=shipped_table,
-    load_table=load_table,
-    loads_table=loads_table,
-    make_table=make_table,
-    render_table=render_table,
     compile_key_fields=TILE_FIELDS,
     compile_key_sources=compile_key_sources,
     deployment=(

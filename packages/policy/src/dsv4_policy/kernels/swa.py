@@ -25,7 +25,7 @@ from dsv4_policy.arch import _MAJOR, arch_major
 from dsv4_policy.conditions import INT_MAX, Range, contains
 from dsv4_policy.launch_table import DeploymentParam, KernelSpec, tile_shape_problems
 from dsv4_policy.launch_table import candidates as _candidates
-from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
+from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError
 
 CompileKey = tuple[int, int, int, int]
 """(tokens_per_program, cols_per_program, num_warps, has_image): what selects one binary."""
@@ -203,10 +203,8 @@ def deployment_calls(window_size: int, max_image_tokens: int = 0) -> tuple[tuple
     Decode rows use the plain window; a vision model's prefill rows use
     ``window_size + max_image_tokens`` columns, without and with image widening.
     """
-    for name, value, low in (("window_size", window_size, 1),
-                             ("max_image_tokens", max_image_tokens, 0)):
-        if type(value) is not int or not low <= value <= INT_MAX:
-            raise ValueError(f"{name} must be an integer >= {low}; got {what(value)}")
+    launch_table.check_ints(("window_size", window_size, 1),
+                            ("max_image_tokens", max_image_tokens, 0))
     calls = [(window_size, 0)]
     if max_image_tokens > 0:
         calls += [(window_size + max_image_tokens, 0), (window_size + max_image_tokens, 1)]
@@ -227,8 +225,7 @@ def compile_key_sources(
     table = shipped_table() if table is None else table
     _index(table)
     arch_major(arch)
-    if type(block_size) is not int or not 1 <= block_size <= INT_MAX:
-        raise ValueError(f"block_size must be an integer >= 1; got {what(block_size)}")
+    launch_table.check_ints(("block_size", block_size, 1))
     calls = deployment_calls(window_size, max_image_tokens)
     found: dict[CompileKey, list[str]] = {}
     for image in sorted({h for _, h in calls}):
