@@ -7,6 +7,7 @@ comparing the two can fail.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -22,6 +23,10 @@ PROPERTY_EXAMPLES = 10_000 if CI else 400
 """Examples for the core fallback properties: 10,000 under the ci profile."""
 HEAVY_EXAMPLES = 300 if CI else 60
 """Examples for tests whose single example is expensive (stateful, brute force)."""
+KEYS_PER_EXAMPLE = 8
+"""Keys one example of a core fallback property checks: those properties check
+PROPERTY_EXAMPLES keys in PROPERTY_EXAMPLES // KEYS_PER_EXAMPLE examples, since an
+example's fixed cost in Hypothesis is most of what checking one key costs."""
 
 ARCHS = ("sm80", "sm86", "sm89", "sm90", "sm90a", "sm100", "sm103", "sm120", "sm121", "sm121a")
 INT_MAX = 2**63 - 1
@@ -148,21 +153,37 @@ _ARCH_CHOICE = st.sampled_from(ARCHS)
 _COIN = st.integers(0, 3)
 
 
+@functools.cache
+def ints(low: int, high: int) -> st.SearchStrategy[int]:
+    """``st.integers(low, high)``, made once per bounds: the composites below draw from
+    the same few ranges thousands of times, and building a strategy costs more than
+    drawing from it."""
+    return st.integers(low, high)
+
+
 def _pick(draw: st.DrawFn, values: list) -> object:
     """One of ``values``, drawn by index: far cheaper than building a strategy per draw."""
-    return values[draw(st.integers(0, len(values) - 1))]
+    return values[draw(ints(0, len(values) - 1))]
 
 
-@st.composite
-def keys_near(draw: st.DrawFn, entries: list[Entry]) -> Key:
-    """Keys whose fields sit on or next to the entries' edges (or anywhere, sometimes)."""
+def keys_near(entries: list[Entry]) -> st.SearchStrategy[Key]:
+    """Keys whose fields sit on or next to the entries' edges (or anywhere, sometimes).
+
+    The edges are found once, here, not on every draw: a table of many entries would
+    otherwise pay for them per example."""
     named_archs = sorted({a for e in entries for a in e.match.get("arch", ())})
-    arch = _pick(draw, named_archs) if named_archs and draw(_COIN) else draw(archs)
-    values = []
-    for name in INT_FIELDS:
-        edges = boundary_values(entries, name)
-        values.append(_pick(draw, edges) if edges and draw(_COIN) else draw(FAR[name]))
-    return Key(arch, *values)
+    edges = {name: boundary_values(entries, name) for name in INT_FIELDS}
+
+    @st.composite
+    def draw_key(draw: st.DrawFn) -> Key:
+        arch = _pick(draw, named_archs) if named_archs and draw(_COIN) else draw(archs)
+        values = []
+        for name in INT_FIELDS:
+            near = edges[name]
+            values.append(_pick(draw, near) if near and draw(_COIN) else draw(FAR[name]))
+        return Key(arch, *values)
+
+    return draw_key()
 
 
 @st.composite
@@ -179,22 +200,32 @@ def keys_inside(draw: st.DrawFn, entry: Entry) -> Key:
             top = cond.max if cond.max is not None else cond.min + (1 << 22)
             edge = draw(_COIN)
             values.append(cond.min if edge == 0 else top if edge == 1
-                          else draw(st.integers(cond.min, top)))
+                          else draw(ints(cond.min, top)))
         else:
             values.append(_pick(draw, sorted(cond)))
     return Key(arch, *values)
 
 
 # --------------------------------------------------------------------------- entries
+@functools.cache
 def pow2(low: int, high: int) -> st.SearchStrategy[int]:
     return st.sampled_from([1 << i for i in range(low.bit_length() - 1, high.bit_length())])
 
 
-tiles = st.sampled_from([1, 2, 4, 8, 16]).flatmap(
+@functools.cache
+def _tiles_of(warps: int, cols: int) -> st.SearchStrategy[Tile]:
     # The kernel's limit: at most 128 elements per thread, i.e. tpp * cpp <= 4096 * warps.
-    lambda w: pow2(128, min(8192, 4096 * w)).flatmap(
-        lambda c: st.builds(Tile, pow2(1, min(256, 4096 * w // c)), st.just(c), st.just(w),
-                            st.booleans())))
+    return st.builds(Tile, pow2(1, min(256, 4096 * warps // cols)), st.just(cols),
+                     st.just(warps), st.booleans())
+
+
+@functools.cache
+def _tiles_on(warps: int) -> st.SearchStrategy[Tile]:
+    return pow2(128, min(8192, 4096 * warps)).flatmap(lambda cols: _tiles_of(warps, cols))
+
+
+tiles = st.sampled_from([1, 2, 4, 8, 16]).flatmap(_tiles_on)
+"""Valid C128A tiles: a warp count, then columns, then tokens within the kernel's limit."""
 
 
 LIMITS = {"max_model_len": (1, 1 << 21), "max_seq_len": (0, 1 << 21),
@@ -204,14 +235,14 @@ RATIOS = [4, 64, 128, 256]
 
 def _int_condition(draw: st.DrawFn, low: int, high: int) -> object:
     """Absent (None), an exact value, a set of up to 3, or a (maybe open-ended) range."""
-    form = draw(st.integers(0, 3))
+    form = draw(_COIN)
     if form == 0:
         return None
-    values = st.integers(low, high)
+    values = ints(low, high)
     if form == 1:
         return draw(values)
     if form == 2:
-        return frozenset(draw(values) for _ in range(draw(st.integers(1, 3))))
+        return frozenset(draw(values) for _ in range(draw(ints(1, 3))))
     a, b = draw(values), draw(values)
     return Range(min(a, b), None if draw(_COIN) == 0 else max(a, b))
 
@@ -251,11 +282,16 @@ def c128a_entries(ids: st.SearchStrategy[str] | None = None) -> st.SearchStrateg
     return st.builds(Entry, ids, match_conditions(), tiles, provenance)
 
 
+@functools.cache
+def _entry_lists(max_size: int) -> st.SearchStrategy[list[Entry]]:
+    return st.lists(c128a_entries(), max_size=max_size)
+
+
 @st.composite
 def disjoint_entries(draw: st.DrawFn, max_size: int = 6) -> list[Entry]:
     """A list of entries with unique ids and no two overlapping (by the oracle)."""
     kept: list[Entry] = []
-    for candidate in draw(st.lists(c128a_entries(), max_size=max_size)):
+    for candidate in draw(_entry_lists(max_size)):
         if all(candidate.id != e.id and not oracle_overlap(candidate, e) for e in kept):
             kept.append(candidate)
     return kept
@@ -311,11 +347,16 @@ def keys_for(entries: list[Entry]) -> st.SearchStrategy[Key]:
     return st.one_of(keys_near(entries), far_keys(), *(keys_inside(e) for e in entries[:3]))
 
 
-SEEDED_KEYS = [keys_for(entries) for entries in SEEDED_TABLES]
+def batches(keys: st.SearchStrategy[object]) -> st.SearchStrategy[list[object]]:
+    """Lists of exactly :data:`KEYS_PER_EXAMPLE` draws of ``keys``."""
+    return st.lists(keys, min_size=KEYS_PER_EXAMPLE, max_size=KEYS_PER_EXAMPLE)
+
+
+SEEDED_KEYS = [batches(keys_for(entries)) for entries in SEEDED_TABLES]
 
 
 @st.composite
-def seeded_table_and_key(draw: st.DrawFn) -> tuple[int, Key]:
-    """The index of one of ``SEEDED_TABLES`` and a key aimed at it."""
-    index = draw(st.integers(0, len(SEEDED_TABLES) - 1))
+def seeded_table_and_keys(draw: st.DrawFn) -> tuple[int, list[Key]]:
+    """The index of one of ``SEEDED_TABLES`` and :data:`KEYS_PER_EXAMPLE` keys aimed at it."""
+    index = draw(ints(0, len(SEEDED_TABLES) - 1))
     return index, draw(SEEDED_KEYS[index])

@@ -5,12 +5,16 @@ entry's tile, warm-up covers it, and a bad table is refused naming entry and fie
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import itertools
 import json
 import pkgutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
 from dsv4_policy import kernels, registry
@@ -23,10 +27,18 @@ from dsv4_policy.registry import KERNELS, get, names
 from dsv4_policy.table import Entry, TableError
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from policy_strategies import ARCHS, HEAVY_EXAMPLES, PROPERTY_EXAMPLES, oracle_match
+from policy_strategies import (
+    ARCHS,
+    HEAVY_EXAMPLES,
+    KEYS_PER_EXAMPLE,
+    PROPERTY_EXAMPLES,
+    batches,
+    oracle_match,
+)
 from policy_strategies import key_args as _filled
 
 SPECS = list(KERNELS.values())
+T = TypeVar("T")
 POOL = (0, 1, 2, 3, 7, 64, 127, 128, 129, 256, 640, 1024, 4096, 65536, 1 << 20)
 
 
@@ -42,72 +54,114 @@ def _valid_values(spec: KernelSpec, name: str) -> list[int]:
     return found
 
 
+def per_kernel(build: Callable[[KernelSpec], T]) -> Callable[[KernelSpec], T]:
+    """``build(spec)`` made once per registered kernel (a KernelSpec is not hashable)."""
+    made: dict[str, T] = {}
+
+    @functools.wraps(build)
+    def cached(spec: KernelSpec) -> T:
+        if spec.name not in made:
+            made[spec.name] = build(spec)
+        return made[spec.name]
+
+    return cached
+
+
 VALUES = {spec.name: {f.name: _valid_values(spec, f.name) for f in spec.schema.fields
                       if f.type is int} for spec in SPECS}
 
 
+@per_kernel
 def keys(spec: KernelSpec) -> st.SearchStrategy[object]:
+    """Valid keys of ``spec`` from the pool (one strategy per kernel, built once)."""
     fields = {f.name: (st.sampled_from(ARCHS) if f.type is str
                        else st.sampled_from(VALUES[spec.name][f.name]))
               for f in spec.schema.fields}
 
-    def build(values: dict[str, object]) -> object:
-        try:  # a kernel may relate fields (e.g. rows >= tokens): drop the keys it refuses
-            return spec.key_type(**values)
-        except ValueError:
-            return None
+    values = st.fixed_dictionaries(fields)
 
-    return st.fixed_dictionaries(fields).map(build).filter(lambda k: k is not None)
+    @st.composite
+    def draw_key(draw: st.DrawFn) -> object:
+        for _ in range(8):  # a kernel may relate fields (e.g. rows >= tokens): draw again
+            try:
+                return spec.key_type(**draw(values))
+            except ValueError:
+                continue
+        assume(False)
+
+    return draw_key()
 
 
-def _around(value: object) -> st.SearchStrategy[object]:
+def _around(value: object) -> list[object]:
     """Tile values near the baseline's: powers of two from 1/16x to 16x, or either bool."""
     if type(value) is bool:
-        return st.booleans()
+        return [False, True]
     if type(value) is int:
-        return st.sampled_from(sorted({value << k for k in range(5)}
-                                      | {value >> k for k in range(1, 5)} - {0}))
-    return st.just(value)
+        return sorted({value << k for k in range(5)} | {value >> k for k in range(1, 5)} - {0})
+    return [value]
 
 
+@per_kernel
 def tiles(spec: KernelSpec) -> st.SearchStrategy[object]:
+    """Every valid tile whose fields are each near the baseline tile's, equally likely
+    (listed once per kernel, so no draw is ever refused)."""
     names_ = spec.schema.config_to_toml(spec.baseline_tile)  # type: ignore[misc]
-    choices = {name: _around(getattr(spec.baseline_tile, name)) for name in names_}
-
-    def build(values: dict[str, object]) -> object:
+    valid = []
+    for values in itertools.product(*(_around(getattr(spec.baseline_tile, name))
+                                      for name in names_)):
         try:
-            return spec.tile_type(**values)
+            valid.append(spec.tile_type(**dict(zip(names_, values, strict=True))))
         except ValueError:
-            return None
-
-    return st.fixed_dictionaries({n: choices[n] for n in names_}).map(build).filter(
-        lambda t: t is not None)
-
-
-@st.composite
-def conditions(draw: st.DrawFn, spec: KernelSpec) -> dict[str, object]:
-    match: dict[str, object] = {}
-    for f in spec.schema.fields:
-        if draw(st.booleans()):
             continue
-        if f.type is str:
-            match[f.name] = frozenset(draw(st.lists(st.sampled_from(ARCHS), min_size=1,
-                                                    max_size=3, unique=True)))
-            continue
-        values = VALUES[spec.name][f.name]
-        lo, hi = sorted(draw(st.lists(st.sampled_from(values), min_size=2, max_size=2)))
-        match[f.name] = draw(st.sampled_from([frozenset({lo}), Range(lo, hi), Range(lo)]))
-    return match
+    return st.sampled_from(valid)
 
 
-@st.composite
-def tables(draw: st.DrawFn, spec: KernelSpec) -> list[Entry]:
-    entries: list[Entry] = []
-    for i in range(draw(st.integers(1, 5))):
-        candidate = Entry(f"e{i}", draw(conditions(spec)), draw(tiles(spec)))
-        if all(generic.overlap(spec.schema, candidate, e) is None for e in entries):
-            entries.append(candidate)
-    return entries
+_ARCH_SETS = st.lists(st.sampled_from(ARCHS), min_size=1, max_size=3, unique=True).map(frozenset)
+_FORMS = st.sampled_from(("one", "closed", "open"))
+
+
+@per_kernel
+def conditions(spec: KernelSpec) -> st.SearchStrategy[dict[str, object]]:
+    """A match over some of ``spec``'s fields: an arch set, or a pool value as one value,
+    a closed range or an open-ended one (one strategy per kernel, built once)."""
+    pairs = {f.name: st.lists(st.sampled_from(VALUES[spec.name][f.name]), min_size=2,
+                              max_size=2).map(sorted)
+             for f in spec.schema.fields if f.type is int}
+
+    @st.composite
+    def draw_match(draw: st.DrawFn) -> dict[str, object]:
+        match: dict[str, object] = {}
+        for f in spec.schema.fields:
+            if draw(st.booleans()):
+                continue
+            if f.type is str:
+                match[f.name] = draw(_ARCH_SETS)
+                continue
+            lo, hi = draw(pairs[f.name])
+            form = draw(_FORMS)
+            match[f.name] = (frozenset({lo}) if form == "one" else Range(lo, hi)
+                             if form == "closed" else Range(lo))
+        return match
+
+    return draw_match()
+
+
+@per_kernel
+def tables(spec: KernelSpec) -> st.SearchStrategy[list[Entry]]:
+    """Up to 5 entries of ``spec`` with no two overlapping (one strategy per kernel)."""
+    entry_parts = st.tuples(conditions(spec), tiles(spec))
+
+    @st.composite
+    def draw_entries(draw: st.DrawFn) -> list[Entry]:
+        entries: list[Entry] = []
+        for i in range(draw(st.integers(1, 5))):
+            match, tile = draw(entry_parts)
+            candidate = Entry(f"e{i}", match, tile)
+            if all(generic.overlap(spec.schema, candidate, e) is None for e in entries):
+                entries.append(candidate)
+        return entries
+
+    return draw_entries()
 
 
 def assert_launch(spec: KernelSpec, table: object, entries: list[Entry], key: object) -> None:
@@ -146,15 +200,21 @@ def test_generated_tables_fall_back_unchanged_and_hit_exactly(spec: KernelSpec,
         assert_launch(spec, table, entries, data.draw(keys(spec)))
 
 
+@per_kernel
+def key_batches(spec: KernelSpec) -> st.SearchStrategy[list[object]]:
+    return batches(keys(spec))
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=names())
-@settings(max_examples=PROPERTY_EXAMPLES,
+@settings(max_examples=PROPERTY_EXAMPLES // KEYS_PER_EXAMPLE,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_the_shipped_table_falls_back_unchanged(spec: KernelSpec, data: st.DataObject) -> None:
     table = spec.shipped_table()
-    key = data.draw(keys(spec))
-    assert spec.resolve(key, None) == spec.resolve(key, table)
-    assert_launch(spec, table, list(table.entries), key)
+    entries = list(table.entries)
+    for key in data.draw(key_batches(spec)):
+        assert spec.resolve(key, None) == spec.resolve(key, table)
+        assert_launch(spec, table, entries, key)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=names())

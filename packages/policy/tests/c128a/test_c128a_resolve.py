@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from policy_strategies import (
     HEAVY_EXAMPLES,
+    KEYS_PER_EXAMPLE,
     PROPERTY_EXAMPLES,
     SEEDED_TABLES,
+    batches,
     c128a_entries,
     disjoint_entries,
     far_keys,
@@ -35,7 +37,7 @@ from policy_strategies import (
     oracle_baseline,
     oracle_match,
     oracle_overlap,
-    seeded_table_and_key,
+    seeded_table_and_keys,
 )
 
 
@@ -63,18 +65,19 @@ def assert_safe_hit(launch: Launch, key: Key, entry: Entry, table: object) -> No
 
 
 # --------------------------------------------------------------------------- shipped table
-@settings(max_examples=PROPERTY_EXAMPLES)
-@given(st.one_of(far_keys(), keys_near(list(shipped_table().entries))))
-def test_shipped_table_falls_back_to_the_baseline_unchanged(key: Key) -> None:
+@settings(max_examples=PROPERTY_EXAMPLES // KEYS_PER_EXAMPLE)
+@given(batches(st.one_of(far_keys(), keys_near(list(shipped_table().entries)))))
+def test_shipped_table_falls_back_to_the_baseline_unchanged(keys: list[Key]) -> None:
     table = shipped_table()
-    hits = [e for e in table.entries if oracle_match(e, key)]
-    launch = resolve(key)
-    assert resolve(key, table) == launch
-    if hits:
-        event("shipped table hit")
-        assert_safe_hit(launch, key, hits[0], table)
-    else:
-        assert_is_baseline(launch, key)
+    for key in keys:
+        hits = [e for e in table.entries if oracle_match(e, key)]
+        launch = resolve(key)
+        assert resolve(key, table) == launch
+        if hits:
+            event("shipped table hit")
+            assert_safe_hit(launch, key, hits[0], table)
+        else:
+            assert_is_baseline(launch, key)
 
 
 def test_shipped_table_is_valid_and_has_only_justified_entries() -> None:
@@ -103,11 +106,13 @@ def check_table_key(entries: list[Entry], table: object, key: Key) -> None:
         assert generic.resolve(table, key, sentinel) is sentinel  # type: ignore[arg-type]
 
 
-@settings(max_examples=PROPERTY_EXAMPLES)
-@given(seeded_table_and_key())
-def test_synthetic_tables_fall_back_unchanged_and_hit_safely(case: tuple[int, Key]) -> None:
-    index, key = case
-    check_table_key(SEEDED_TABLES[index], SEEDED[index], key)
+@settings(max_examples=PROPERTY_EXAMPLES // KEYS_PER_EXAMPLE)
+@given(seeded_table_and_keys())
+def test_synthetic_tables_fall_back_unchanged_and_hit_safely(case: tuple[int, list[Key]]
+                                                             ) -> None:
+    index, keys = case
+    for key in keys:
+        check_table_key(SEEDED_TABLES[index], SEEDED[index], key)
 
 
 @settings(max_examples=HEAVY_EXAMPLES * 3, suppress_health_check=[HealthCheck.too_slow])

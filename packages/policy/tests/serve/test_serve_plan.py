@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -11,7 +12,7 @@ from dsv4_policy import serve
 from dsv4_policy.serve import Manifest, ServeKey, envelopes, plan
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from policy_strategies import HEAVY_EXAMPLES, PROPERTY_EXAMPLES
+from policy_strategies import HEAVY_EXAMPLES, KEYS_PER_EXAMPLE, PROPERTY_EXAMPLES, batches
 
 # The SM86 ladder as the runbook states it: (context, seqs) -> aggregate tok/s.
 LADDER = {(262144, 1): 59.6, (180224, 2): 81.3, (116736, 3): 104.5, (81920, 4): 120.1}
@@ -224,44 +225,56 @@ ENV_FRAGMENTS: list[tuple[str, list[tuple[str, frozenset[str]]]]] = [
     ("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", [("1", frozenset())]),
 ]
 SHAPES = [(e.gpu, e.tp, e.context, e.seqs) for e in envelopes()]
+# The strategies the composites below draw from, built once rather than on every draw.
+_PICKS = st.lists(st.integers(0, len(FRAGMENTS) - 1), max_size=5)
+_ENV_CHOICES = {name: st.integers(-1, len(options) - 1) for name, options in ENV_FRAGMENTS}
 
 
 @st.composite
 def user_inputs(draw: st.DrawFn) -> tuple[list[str], dict[str, str], frozenset[str]]:
-    picks = draw(st.lists(st.integers(0, len(FRAGMENTS) - 1), max_size=5))
+    picks = draw(_PICKS)
     argv = [item for i in picks for item in FRAGMENTS[i][0]]
     broken = frozenset().union(*(FRAGMENTS[i][1] for i in picks))
     env: dict[str, str] = {}
     for name, options in ENV_FRAGMENTS:
-        choice = draw(st.integers(-1, len(options) - 1))
+        choice = draw(_ENV_CHOICES[name])
         if choice >= 0:
             env[name] = options[choice][0]
             broken |= options[choice][1]
     return argv, env, broken
 
 
+_SHAPE = st.integers(0, len(SHAPES) - 1)
+_HOW = st.integers(0, 5)
+_GPUS = st.sampled_from(["sm80", "sm89", "sm90", "sm120", "sm86"])
+_TPS = st.sampled_from([1, 2, 4, 7, 8, 9, 16])
+_CONTEXT_SHIFTS = st.sampled_from([-1, 1, -65536, 4096])
+_FEW_SEQS = st.integers(1, 6)
+_CONTEXTS = st.integers(1, 1 << 21)
+_SEQS = st.integers(1, 512)
+
+
 @st.composite
 def serve_keys(draw: st.DrawFn) -> ServeKey:
     """Keys on, next to (off by one in one field, other gpu/tp) and far from envelopes."""
-    gpu, tp, context, seqs = SHAPES[draw(st.integers(0, len(SHAPES) - 1))]
-    how = draw(st.integers(0, 5))
+    gpu, tp, context, seqs = SHAPES[draw(_SHAPE)]
+    how = draw(_HOW)
     if how == 0:
-        gpu = draw(st.sampled_from(["sm80", "sm89", "sm90", "sm120", "sm86"]))
+        gpu = draw(_GPUS)
     elif how == 1:
-        tp = draw(st.sampled_from([1, 2, 4, 7, 8, 9, 16]))
+        tp = draw(_TPS)
     elif how == 2:
-        context += draw(st.sampled_from([-1, 1, -65536, 4096]))
+        context += draw(_CONTEXT_SHIFTS)
     elif how == 3:
-        seqs = draw(st.integers(1, 6))
+        seqs = draw(_FEW_SEQS)
     elif how == 4:
-        context, seqs = draw(st.integers(1, 1 << 21)), draw(st.integers(1, 512))
+        context, seqs = draw(_CONTEXTS), draw(_SEQS)
     return ServeKey(gpu, tp, max(context, 1), seqs)
 
 
-@settings(max_examples=PROPERTY_EXAMPLES)
-@given(serve_keys(), user_inputs())
-def test_keys_without_an_envelope_pass_through_unchanged(
-        key: ServeKey, inputs: tuple[list[str], dict[str, str], frozenset[str]]) -> None:
+def check_passthrough(key: ServeKey,
+                      inputs: tuple[list[str], dict[str, str], frozenset[str]]) -> None:
+    """``plan`` leaves its inputs alone; a key without an envelope passes them through."""
     argv, env, broken = inputs
     argv_before, env_before = list(argv), dict(env)
     m = plan(key, argv, env)
@@ -276,6 +289,14 @@ def test_keys_without_an_envelope_pass_through_unchanged(
     assert m.env == env
     assert (m.source, m.expected_tok_s) == ("passthrough", None)
     assert {v.rule for v in m.violations} == broken
+
+
+@settings(max_examples=PROPERTY_EXAMPLES // KEYS_PER_EXAMPLE)
+@given(batches(st.tuples(serve_keys(), user_inputs())))
+def test_keys_without_an_envelope_pass_through_unchanged(
+        cases: list[tuple[ServeKey, tuple[list[str], dict[str, str], frozenset[str]]]]) -> None:
+    for key, inputs in cases:
+        check_passthrough(key, inputs)
 
 
 @settings(max_examples=HEAVY_EXAMPLES * 3)
@@ -309,15 +330,23 @@ def synthetic_serve_table(seed: int) -> serve.Table:
 
 
 SYNTHETIC = [synthetic_serve_table(seed) for seed in range(16)]
+_TABLE = st.integers(0, len(SYNTHETIC) - 1)
+_SHIFTS = st.sampled_from([0, 0, 1, -1])
+_WHICH = st.integers(0, 3)
+
+
+@functools.cache
+def _indices(count: int) -> st.SearchStrategy[int]:
+    return st.integers(0, count - 1)
 
 
 @st.composite
 def synthetic_cases(draw: st.DrawFn) -> tuple[serve.Table, ServeKey]:
-    table = SYNTHETIC[draw(st.integers(0, len(SYNTHETIC) - 1))]
+    table = SYNTHETIC[draw(_TABLE)]
     shapes = [(e.gpu, e.tp, e.context, e.seqs) for e in envelopes(table)] or SHAPES
-    gpu, tp, context, seqs = shapes[draw(st.integers(0, len(shapes) - 1))]
-    shift = draw(st.sampled_from([0, 0, 1, -1]))
-    which = draw(st.integers(0, 3))
+    gpu, tp, context, seqs = shapes[draw(_indices(len(shapes)))]
+    shift = draw(_SHIFTS)
+    which = draw(_WHICH)
     if which == 0:
         context = max(1, context + shift)
     elif which == 1:
@@ -327,11 +356,10 @@ def synthetic_cases(draw: st.DrawFn) -> tuple[serve.Table, ServeKey]:
     return table, ServeKey(gpu, tp, context, seqs)
 
 
-@settings(max_examples=PROPERTY_EXAMPLES // 2)
-@given(synthetic_cases(), user_inputs())
-def test_synthetic_serve_tables_pass_unknown_shapes_through(
-        case: tuple[serve.Table, ServeKey],
-        inputs: tuple[list[str], dict[str, str], frozenset[str]]) -> None:
+def check_synthetic_case(case: tuple[serve.Table, ServeKey],
+                         inputs: tuple[list[str], dict[str, str], frozenset[str]]) -> None:
+    """Through a synthetic table: a key without an envelope passes through unchanged, and
+    one with an envelope gets that envelope."""
     table, key = case
     argv, env, broken = inputs
     m = plan(key, argv, env, table)
@@ -346,3 +374,12 @@ def test_synthetic_serve_tables_pass_unknown_shapes_through(
         event("envelope")
         assert m.source == f"envelope:{envelope.id}"
         assert m.expected_tok_s == envelope.expected_tok_s
+
+
+@settings(max_examples=PROPERTY_EXAMPLES // 2 // KEYS_PER_EXAMPLE)
+@given(batches(st.tuples(synthetic_cases(), user_inputs())))
+def test_synthetic_serve_tables_pass_unknown_shapes_through(
+        cases: list[tuple[tuple[serve.Table, ServeKey],
+                          tuple[list[str], dict[str, str], frozenset[str]]]]) -> None:
+    for case, inputs in cases:
+        check_synthetic_case(case, inputs)
