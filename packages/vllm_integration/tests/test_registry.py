@@ -66,3 +66,32 @@ def test_a_target_named_unlike_its_module_is_an_error(tmp_path: Path) -> None:
     package = _package(tmp_path, "dsv4_fake_kernels2", {"mine.py": text})
     with pytest.raises(registry.RegistryError, match=r"TARGET\.name is 'other'"):
         registry.discover(package)
+
+
+@pytest.mark.parametrize("name", list(registry.targets()))
+def test_each_stand_in_takes_the_shared_options_and_refuses_others(name: str) -> None:
+    """Every stand-in is built by Dispatch.__init__: the injected options take effect, the
+    defaults are the shipped table and the kernel's own warm-up, and a misspelt option is
+    refused with the accepted names instead of being ignored."""
+    target = registry.get(name)
+    original = getattr(importlib.import_module(target.module), target.attribute)
+
+    def arch_of(_device):
+        return "sm1"
+
+    def resolve(key):
+        return key
+
+    def warm(*_args, **_kwargs):
+        return 0
+
+    made = target.dispatch(original, table="a table", resolve=resolve, arch_of=arch_of,
+                           warm=warm, lazy_warmup=False)
+    assert made.original is original and made.table == "a table"
+    assert made.arch_of is arch_of and made._resolve is resolve and made._warm is warm
+    assert made.lazy_warmup is False and (made.hits, made.misses) == (0, 0)
+    plain = target.dispatch(original)
+    assert plain.table is None and plain.lazy_warmup is True
+    assert plain._warm == type(plain).default_warm
+    with pytest.raises(TypeError, match=r"unexpected option\(s\) \['tabel'\]; accepted: "):
+        target.dispatch(original, tabel="a table")
