@@ -20,8 +20,8 @@ integer tensor of unit stride with at least T entries; ``cos_sin_cache`` not 2-D
 unit column stride; tensors on different devices; dimensions that are not Python
 ints (or flags that are not bools); tensors
 that are not 16-byte aligned, and row strides of ``o`` and ``cos_sin_cache`` that are
-not multiples of 16 elements (the kernel's binaries are specialised on both, and a
-launcher that reuses a binary must never see them change).
+not multiples of 16 elements (the kernel takes them in units of 16 elements, so that
+its loads are whole 16-byte vectors without specialising a binary on any stride).
 
 The caller's promise, as it is vLLM's: every ``positions[t]`` (t < T) indexes a row of
 ``cos_sin_cache``; reading it would need a device sync.

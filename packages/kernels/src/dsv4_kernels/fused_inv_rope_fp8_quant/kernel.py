@@ -13,21 +13,34 @@ to the TMA-aligned token count) are written as zeros, as vLLM's kernel writes th
 Why a new body: vLLM launches one single-warp program per (token, head), each moving
 1 KB in and 528 B out; at decode sizes that leaves the GPU latency bound far above its
 byte floor, and no launch setting of that body helps. Here one program owns a tile of
-``BLOCK_T`` tokens x ``BLOCK_H`` heads as one 3-D ``[BLOCK_T, BLOCK_H, HEAD_DIM]``
-block: whole heads are loaded as contiguous vectors, each token's cos/sin row is loaded
-once as a ``[BLOCK_T, 1, HEAD_DIM]`` block and broadcast over the tile's heads, and the
-tile's scales are stored together (for one scale column the tile's tokens are adjacent
-in the MN-major layout). Grid: ``(cdiv(rows, BLOCK_T), cdiv(num_heads, BLOCK_H))``.
+``BLOCK_T`` tokens x ``BLOCK_H`` heads, flattened to ``BLOCK_T * BLOCK_H`` rows (row
+``i`` is token ``i // BLOCK_H``, head ``i % BLOCK_H`` of the tile), each row one head as a
+``[CHUNKS_PER_HEAD, QUANT_GROUP_SIZE]`` block: the quantisation blocks are an axis of
+the tile, so a block's amax is one reduction and its scale broadcasts back without a
+reshape. The rope lanes are a separate ``[rows, rope_dim]`` strip, so the rotation's
+partner and cos/sin loads are issued for the rope lanes only (vLLM's body issues them,
+masked, for every lane). Grid: ``(cdiv(rows, BLOCK_T), cdiv(num_heads, BLOCK_H))``.
+
+What made the decode sizes fast (H200, CUDA-graph replay, 2026-12-02): the output
+strides are computed here from constexprs (``d = HEADS_PER_GROUP * HEAD_DIM`` per token,
+``num_tokens * d`` per group, the layout vLLM allocates and :mod:`.checks` enforces), so
+the compiler knows they are multiples of 16 and stores whole 16-byte vectors; passed as
+an unspecialised argument, the per-group stride had no known alignment and every FP8
+store was split into single bytes (T=256 with 64 heads: 11.7 -> 8.6 us). The input
+row strides get the same treatment: :mod:`.checks` requires them to be multiples of 16
+elements wherever they are used, so the launcher passes them in units of 16 elements
+(``*_16``) and the body multiplies back by 16, which lets the compiler vectorise the
+loads while no stride is ever specialised into a binary.
 
 Bit-identity with vLLM's kernel comes from doing every floating-point operation of an
 element in the same form and order: ``.to(float32)`` of the loaded value; partner lane
-``d ^ 1`` loaded with the same masks and fill values (partner 0, cos 1, sin 0 outside
-the rope lanes); ``x * cos + x_partner * sin`` and ``x * cos - x_partner * sin`` written
-as vLLM writes them (so the compiler contracts them into the same fused multiply-adds);
-``max(|x|)`` per block, ``maximum(amax, eps)``, ``* (1.0 / fp8_max)``,
-``exp2(ceil(log2(.)))``, ``x / scale`` (a true division, not a reciprocal multiply),
-``clamp(-fp8_max, fp8_max)`` and the ``float8e4nv`` cast; the UE8M0 byte is bits 23..30
-of the FP32 scale, packed little-endian four to an int32 with an integer sum.
+``d ^ 1`` of each rope lane; ``x * cos + x_partner * sin`` and ``x * cos - x_partner *
+sin`` written as vLLM writes them (so the compiler contracts them into the same fused
+multiply-adds) and chosen by the lane's parity; ``max(|x|)`` per block (exact in any
+order), ``maximum(amax, eps)``, ``* (1.0 / fp8_max)``, ``exp2(ceil(log2(.)))``, ``x /
+scale`` (a true division, not a reciprocal multiply), ``clamp(-fp8_max, fp8_max)`` and
+the ``float8e4nv`` cast; the UE8M0 byte is bits 23..30 of the FP32 scale, packed
+little-endian four to an int32 with an integer sum.
 
 PDL: with ``launch_pdl`` (vLLM passes ``is_arch_support_pdl()``, true on sm90+) the
 program first allows its dependents to launch and then waits for its predecessor's
@@ -41,10 +54,11 @@ keyed by the constexprs (:class:`dsv4_kernels._direct_launch.DirectLauncher`) ne
 reuses one dtype's binary for another.
 
 Compile key: the constexprs (``HEADS_PER_GROUP``, ``fp8_max``, ``eps``, the head
-geometry, ``QUANTIZE``, ``TMA_ALIGNED_SCALES``, the tile and ``launch_pdl``) plus
-``num_warps``; every scalar that changes with the token count (and the head count) is
-in ``do_not_specialize``, so a new T reuses the binary. All addresses are int64, as in
-vLLM's kernel (which casts every stride), so large prefill batches never wrap.
+geometry, ``QUANTIZE``, ``TMA_ALIGNED_SCALES``, the tile and
+``launch_pdl``) plus ``num_warps``; every scalar argument is in ``do_not_specialize``, so
+a new T, head count or buffer reuses the binary and nothing about a scalar is baked into
+it. All addresses are int64, as in vLLM's kernel (which casts every stride), so large
+prefill batches never wrap.
 """
 
 from __future__ import annotations
@@ -56,11 +70,14 @@ RUNTIME_ARGS: tuple[str, ...] = (
     "num_tokens",
     "rows",
     "num_heads",
-    "out_stride_group",
+    "o_stride_token_16",
+    "o_stride_head_16",
+    "cache_stride_pos_16",
     "scale_stride_group",
     "scale_stride_k",
 )
-"""Scalars that vary with the batch (or the deployment's head count): never specialised."""
+"""Every scalar argument: never specialised (the input strides arrive in units of 16
+elements)."""
 
 CONSTEXPRS: tuple[str, ...] = (
     "HEADS_PER_GROUP",
@@ -90,11 +107,9 @@ def fused_inv_rope_fp8_quant_kernel(
     num_tokens,
     rows,
     num_heads,
-    o_stride_token,
-    o_stride_head,
-    cache_stride_pos,
-    out_stride_group,
-    out_stride_token,
+    o_stride_token_16,
+    o_stride_head_16,
+    cache_stride_pos_16,
     scale_stride_group,
     scale_stride_k,
     HEADS_PER_GROUP: tl.constexpr,
@@ -112,92 +127,89 @@ def fused_inv_rope_fp8_quant_kernel(
     launch_pdl: tl.constexpr,
 ):
     HEAD_DIM: tl.constexpr = CHUNKS_PER_HEAD * QUANT_GROUP_SIZE
+    OUT_ROW: tl.constexpr = HEADS_PER_GROUP * HEAD_DIM
+    ROWS: tl.constexpr = BLOCK_T * BLOCK_H
+    ROPE: tl.constexpr = 2 * HALF_ROPE
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
 
-    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H).to(tl.int64)
-    lane = tl.arange(0, HEAD_DIM)
+    r = tl.arange(0, ROWS)
+    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (r // BLOCK_H).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64) * BLOCK_H + (r % BLOCK_H).to(tl.int64)
     live_t = tok < num_tokens
     live_h = head < num_heads
+    live = live_t & live_h
     group = head // HEADS_PER_GROUP
     head_in_group = head % HEADS_PER_GROUP
 
-    t3 = tok[:, None, None]
-    g3 = group[None, :, None]
-    hg3 = head_in_group[None, :, None]
-    d3 = lane[None, None, :]
-    live3 = live_t[:, None, None] & live_h[None, :, None] & (d3 < HEAD_DIM)
+    # Each row as [CHUNKS_PER_HEAD, QUANT_GROUP_SIZE]: lane d = chunk * group size + k.
+    chunk = tl.arange(0, CHUNKS_PER_HEAD)[None, :, None]
+    d = chunk * QUANT_GROUP_SIZE + tl.arange(0, QUANT_GROUP_SIZE)[None, None, :]
+    live3 = live[:, None, None] & (d < HEAD_DIM)
+    row_src = (o_ptr + tok * (o_stride_token_16.to(tl.int64) * 16)
+               + head * (o_stride_head_16.to(tl.int64) * 16))
+    x = tl.load(row_src[:, None, None] + d, mask=live3, other=0.0).to(tl.float32)
 
-    src = (o_ptr + t3 * o_stride_token.to(tl.int64)
-           + head[None, :, None] * o_stride_head.to(tl.int64))
-    x = tl.load(src + d3, mask=live3, other=0.0).to(tl.float32)
+    # The rope strip: lanes NOPE_DIM + j, j < ROPE, each with vLLM's per-lane expression
+    # (partner lane (NOPE_DIM + j) ^ 1, cos/sin column j >> 1; NOPE_DIM is even).
+    j = tl.arange(0, ROPE)[None, :]
+    live2 = live[:, None] & (j < ROPE)
+    pos = tl.load(positions_ptr + tok, mask=live_t, other=0)
+    cache_row = (cos_sin_cache_ptr
+                 + pos * (cache_stride_pos_16.to(tl.int64) * 16))[:, None]
+    xr = tl.load(row_src[:, None] + NOPE_DIM + j, mask=live2, other=0.0).to(tl.float32)
+    x_partner = tl.load(row_src[:, None] + ((NOPE_DIM + j) ^ 1), mask=live2,
+                        other=0.0).to(tl.float32)
+    cs = j >> 1
+    cos_v = tl.load(cache_row + cs, mask=live2, other=1.0)
+    sin_v = tl.load(cache_row + HALF_ROPE + cs, mask=live2, other=0.0)
+    x_add = xr * cos_v + x_partner * sin_v
+    x_sub = xr * cos_v - x_partner * sin_v
+    rope = tl.where((j & 1) == 0, x_add, x_sub)
 
-    # The rope lanes as (even, odd) pairs: vLLM's lane d with partner d ^ 1 (NOPE_DIM is
-    # even), written per pair with the lane's own value first, as vLLM's expression is.
-    ROPE: tl.constexpr = 2 * HALF_ROPE
-    half = tl.arange(0, HALF_ROPE)
-    pos = tl.load(positions_ptr + tok, mask=live_t, other=0).to(tl.int64)
-    cache_row = cos_sin_cache_ptr + pos[:, None, None] * cache_stride_pos.to(tl.int64)
-    live_c = live_t[:, None, None] & (half < HALF_ROPE)[None, None, :]
-    cos_v = tl.load(cache_row + half[None, None, :], mask=live_c, other=1.0)
-    sin_v = tl.load(cache_row + HALF_ROPE + half[None, None, :], mask=live_c, other=0.0)
-    pair = tl.arange(0, 2)[None, None, None, :]
-    live_rows = live_t[:, None, None] & live_h[None, :, None]
-    live4 = live_rows[:, :, :, None] & (half < HALF_ROPE)[None, None, :, None] & (pair < 2)
-    xr = tl.load(src[:, :, :, None] + NOPE_DIM + 2 * half[None, None, :, None] + pair,
-                 mask=live4, other=0.0).to(tl.float32)
-    x_even, x_odd = tl.split(xr)
-    rot_even = x_even * cos_v + x_odd * sin_v
-    rot_odd = x_odd * cos_v - x_even * sin_v
-    rope = tl.reshape(tl.join(rot_even, rot_odd), (BLOCK_T, BLOCK_H, ROPE))
-    r3 = tl.arange(0, ROPE)[None, None, :]
-    live_r = live_rows & (r3 < ROPE)
-    is_nope = live3 & (d3 < NOPE_DIM)
-
-    dst = (out_ptr + g3 * out_stride_group.to(tl.int64) + t3 * out_stride_token.to(tl.int64)
-           + hg3 * HEAD_DIM)
+    # vLLM's output buffer (n_groups, num_tokens, d), contiguous (checks.py): strides
+    # from constexprs, so every row starts 16-byte aligned as far as the compiler knows.
+    row_dst = (out_ptr + group * (num_tokens.to(tl.int64) * OUT_ROW) + tok * OUT_ROW
+               + head_in_group * HEAD_DIM)
+    is_nope = live3 & (d < NOPE_DIM)
     if not QUANTIZE:
-        tl.store(dst + d3, x, mask=is_nope)
-        tl.store(dst + NOPE_DIM + r3, rope, mask=live_r)
+        tl.store(row_dst[:, None, None] + d, x, mask=is_nope)
+        tl.store(row_dst[:, None] + NOPE_DIM + j, rope, mask=live2)
     else:
-        # Block amax over the nope lanes (rope lanes as 0) and over the rotated rope
-        # lanes of each block: max is exact, so this is vLLM's max over the block.
-        x_nope = tl.where(d3 < NOPE_DIM, x, 0.0)
-        amax_nope = tl.max(tl.abs(tl.reshape(
-            x_nope, (BLOCK_T, BLOCK_H, CHUNKS_PER_HEAD, QUANT_GROUP_SIZE))), axis=3)
-        chunk = tl.arange(0, CHUNKS_PER_HEAD)[None, None, :, None]
-        in_chunk = ((NOPE_DIM + r3) // QUANT_GROUP_SIZE)[:, :, None, :] == chunk
-        amax_rope = tl.max(tl.where(in_chunk, tl.abs(rope)[:, :, None, :], 0.0), axis=3)
+        # Block amax: the nope lanes of each block (rope lanes as 0) and the rotated rope
+        # lanes that fall in it; max is exact, so this is vLLM's max over the block.
+        amax_nope = tl.max(tl.abs(tl.where(d < NOPE_DIM, x, 0.0)), axis=2)
+        in_chunk = (((NOPE_DIM + j) // QUANT_GROUP_SIZE)[:, None, :]
+                    == tl.arange(0, CHUNKS_PER_HEAD)[None, :, None])
+        amax_rope = tl.max(tl.where(in_chunk, tl.abs(rope)[:, None, :], 0.0), axis=2)
         block_absmax = tl.maximum(tl.maximum(amax_nope, amax_rope), eps)
         scale_raw = block_absmax * (1.0 / fp8_max)
         scales = tl.math.exp2(tl.ceil(tl.log2(scale_raw)))
 
-        x4 = tl.reshape(x, (BLOCK_T, BLOCK_H, CHUNKS_PER_HEAD, QUANT_GROUP_SIZE))
-        q_nope = tl.clamp(x4 / scales[:, :, :, None], -fp8_max, fp8_max).to(tl.float8e4nv)
-        tl.store(dst + d3, tl.reshape(q_nope, (BLOCK_T, BLOCK_H, HEAD_DIM)), mask=is_nope)
-        rope_scale = tl.sum(tl.where(in_chunk, scales[:, :, :, None], 0.0), axis=2)
+        q = tl.clamp(x / scales[:, :, None], -fp8_max, fp8_max).to(tl.float8e4nv)
+        tl.store(row_dst[:, None, None] + d, q, mask=is_nope)
+        rope_scale = tl.sum(tl.where(in_chunk, scales[:, :, None], 0.0), axis=1)
         q_rope = tl.clamp(rope / rope_scale, -fp8_max, fp8_max).to(tl.float8e4nv)
-        tl.store(dst + NOPE_DIM + r3, q_rope, mask=live_r)
+        tl.store(row_dst[:, None] + NOPE_DIM + j, q_rope, mask=live2)
 
         # Scale rows [num_tokens, rows) are the TMA pad: zeros, as vLLM writes them.
-        in_rows = (tok < rows)[:, None, None] & live_h[None, :, None]
-        pad = ~live_t[:, None, None]
-        scale_base = (scale_ptr + g3 * scale_stride_group.to(tl.int64) + t3)
+        in_rows = ((tok < rows) & live_h)[:, None]
+        pad = (~live_t)[:, None]
+        scale_row = (scale_ptr + group * scale_stride_group.to(tl.int64) + tok)[:, None]
         stride_k = scale_stride_k.to(tl.int64)
         if TMA_ALIGNED_SCALES:
             PACKED: tl.constexpr = CHUNKS_PER_HEAD // 4
             ue8m0 = (scales.to(tl.int32, bitcast=True) >> 23) & 0xFF
-            shifts = tl.arange(0, 4)[None, None, None, :] * 8
-            packed = tl.sum(tl.reshape(ue8m0, (BLOCK_T, BLOCK_H, PACKED, 4)) << shifts, axis=3)
+            shifts = tl.arange(0, 4)[None, None, :] * 8
+            packed = tl.sum(tl.reshape(ue8m0, (ROWS, PACKED, 4)) << shifts, axis=2)
             packed = tl.where(pad, 0, packed)
-            k = hg3 * PACKED + tl.arange(0, PACKED)[None, None, :]
-            tl.store(scale_base + k * stride_k, packed, mask=in_rows & (k >= 0))
+            k = head_in_group[:, None] * PACKED + tl.arange(0, PACKED)[None, :]
+            tl.store(scale_row + k * stride_k, packed, mask=in_rows & (k >= 0))
         else:
             scales = tl.where(pad, 0.0, scales)
-            k = hg3 * CHUNKS_PER_HEAD + tl.arange(0, CHUNKS_PER_HEAD)[None, None, :]
-            tl.store(scale_base + k * stride_k, scales, mask=in_rows & (k >= 0))
+            k = head_in_group[:, None] * CHUNKS_PER_HEAD + tl.arange(0, CHUNKS_PER_HEAD)[None, :]
+            tl.store(scale_row + k * stride_k, scales, mask=in_rows & (k >= 0))
 
 
 def compiled_binaries() -> int:

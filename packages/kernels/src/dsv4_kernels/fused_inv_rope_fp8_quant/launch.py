@@ -252,8 +252,9 @@ def _launch(checked: Checked, o: torch.Tensor, positions: torch.Tensor, cache: t
     if rows == 0 or checked.num_heads == 0:
         return
     tensors = (o, positions, cache, out_buf, scale_buf)
-    scalars = (checked.num_tokens, rows, checked.num_heads, o.stride(0), o.stride(1),
-               cache.stride(0), out_buf.stride(0), out_buf.stride(1),
+    # Row strides in units of 16 elements (checks.py: multiples of 16 wherever used).
+    scalars = (checked.num_tokens, rows, checked.num_heads, o.stride(0) // 16,
+               o.stride(1) // 16, cache.stride(0) // 16,
                scale_buf.stride(0) if quantize else 0, scale_buf.stride(2) if quantize else 0)
     constexprs = (heads_per_group, FP8_MAX, EPS, quant_group_size, checked.chunks_per_head,
                   nope_dim, half_rope, quantize, tma, tpp, hpp, checked.arg_dtypes, pdl)
