@@ -167,13 +167,22 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return args[1] if len(args) >= 2 else kwargs.get("common_attn_metadata")
 
 
+def _reducer(name: str) -> Callable[[Any], Any]:
+    import numpy
+
+    return getattr(numpy, name).reduce  # type: ignore[no-any-return]
+
+
+_max, _min = _reducer("maximum"), _reducer("minimum")
+
+
 def query_length_bounds(query_start_loc_cpu: torch.Tensor, num_reqs: int) -> tuple[int, int]:
     """``(max, min)`` of ``query_start_loc_cpu[1:num_reqs + 1] - query_start_loc_cpu[:num_reqs]``:
     the integers vLLM takes from ``torch.diff(...).max().item()`` and ``.min().item()``, in
     the tensor's own integer type (so a wrap is the same wrap)."""
     values = query_start_loc_cpu.numpy()
     lens = values[1:num_reqs + 1] - values[:num_reqs]
-    return int(lens.max()), int(lens.min())
+    return int(_max(lens)), int(_min(lens))
 
 
 class IndexerDecodeDispatch(Dispatch):
@@ -194,6 +203,8 @@ class IndexerDecodeDispatch(Dispatch):
         # inspect.signature(dispatch) is vLLM's method's signature.
         self.__wrapped__ = original
         self._classes: tuple[type, types.ModuleType] | None = None
+        self._warm_known: set[tuple[str, int]] = set()
+        """(arch, device index) pairs known warm: the per-call check is one set lookup."""
 
     def __repr__(self) -> str:
         return f"IndexerDecodeDispatch({self.original!r})"
@@ -284,14 +295,28 @@ class IndexerDecodeDispatch(Dispatch):
                         logger.debug("dsv4: indexer decode step not readable; vLLM's build",
                                      exc_info=True)
                         plan = None
-                if plan is not None and self.warm_lazily(builder.expanded_seq_lens_buffer,
-                                                         plan.decision.arch, ()):
+                if plan is not None and self._ready(builder.expanded_seq_lens_buffer,
+                                                    plan.decision.arch, plan.shape[0]):
                     result = self._build(builder, plan, vllm)
                     if result is not None:
                         self.hits += 1
                         return result
         self.misses += 1
         return self.original(builder, *args, **kwargs)
+
+    def _ready(self, buffer: torch.Tensor, arch: str, index: int) -> bool:
+        """:meth:`warm_lazily`, remembered once the device is known warm."""
+        if (arch, index) in self._warm_known:
+            return True
+        if not self.warm_lazily(buffer, arch, ()):
+            return False
+        if self.warmed(arch, (), buffer.device):
+            self._warm_known.add((arch, index))
+        return True
+
+    def configure(self, **changes: Any) -> None:
+        super().configure(**changes)
+        self._warm_known.clear()
 
     def _build(self, b: Any, plan: Plan, vllm: types.ModuleType) -> Any:
         """vLLM's build of a covered decode-only step; None when dsv4's checks refuse it
