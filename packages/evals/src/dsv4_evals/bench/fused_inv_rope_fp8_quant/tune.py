@@ -20,9 +20,10 @@ accepted only if it beats vLLM by ``--margin`` at every probe in a screening pas
 again in an independent confirmation pass (:func:`dsv4_evals.bench.probes.choose_tile`);
 a box no tile wins is split along T, up to twice (``--split-depth``; the crossover
 from vLLM's kernel to the tile lies inside the decode boxes, at a T that differs by head
-count); a box still lost gets no entry, so those calls keep vLLM's kernel. Each entry records ``probes`` and ``worst_speedup`` (the smallest
-vLLM/tile ratio over its probes and both passes). Entries of other GPU architectures in
-the shipped table are kept as they are (:func:`dsv4_evals.bench.tables.other_arch_entries`).
+count); a box still lost gets no entry, so those calls keep vLLM's kernel. Each entry
+records ``probes`` and ``worst_speedup`` (the smallest vLLM/tile ratio over its probes
+and both passes). Entries of other GPU architectures in the shipped table are kept as
+they are (:func:`dsv4_evals.bench.tables.other_arch_entries`).
 
 A short ladder (T 1, 64, 512, 8192 with 8 and 64 heads, every candidate) is timed first
 and again with the tuned table, against (empty launch + byte floor), and the issue's
