@@ -18,9 +18,9 @@ that is not a multiple of 4 (the scale buffer's pad rows), and seeded random T, 
 positions, so the single-key box T=1 is timed at 12 different calls too. A tile is
 accepted only if it beats vLLM by ``--margin`` at every probe in a screening pass and
 again in an independent confirmation pass (:func:`dsv4_evals.bench.probes.choose_tile`);
-a box no tile wins is split along T, up to twice (``--split-depth``; the crossover
-from vLLM's kernel to the tile lies inside the decode boxes, at a T that differs by head
-count); a box still lost gets no entry, so those calls keep vLLM's kernel. Each entry
+a box no tile wins is split once along T (``--split-depth``; a second split on the
+H200 kept thin boxes won by a hair that the bench's never-slower gate then failed); a
+box still lost gets no entry, so those calls keep vLLM's kernel. Each entry
 records ``probes`` and ``worst_speedup`` (the smallest vLLM/tile ratio over its probes
 and both passes). Entries of other GPU architectures in the shipped table are kept as
 they are (:func:`dsv4_evals.bench.tables.other_arch_entries`).
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="every measurement and the table, as JSON")
     parser.add_argument("--margin", type=float, default=1.03,
                         help="the vLLM/dsv4 ratio a tile must exceed at every probe")
-    parser.add_argument("--split-depth", type=int, default=2)
+    parser.add_argument("--split-depth", type=int, default=1)
     parser.add_argument("--heads", type=int, nargs="*", default=list(HEADS),
                         help="local head counts to tune (default: 64 8 16 32 128)")
     parser.add_argument("--budget-s", type=float, default=200.0,
