@@ -255,8 +255,11 @@ def _bad_entries(spec: KernelSpec) -> list[tuple[list[Entry], str, str]]:
     many = {f.name: frozenset(range(0, 40, 2)) for f in spec.schema.fields
             if f.type is int and f.minimum == 0}
     if len(many) < 3:
-        many = {f.name: frozenset(range(1, 40, 2)) for f in spec.schema.fields
-                if f.type is int}
+        ints = [f.name for f in spec.schema.fields if f.type is int]
+        per = 20  # odd values per field, each its own span: enough boxes to pass the limit
+        while per ** len(ints) <= MAX_BOXES:
+            per *= 2
+        many = {name: frozenset(range(1, 2 * per, 2)) for name in ints}
     return [
         ([Entry("a", {"no_such_field": 1}, tile)], "match.no_such_field", "unknown match field"),
         ([Entry("a", {"arch": "hopper"}, tile)], "match.arch", "not an SM architecture"),
