@@ -57,14 +57,34 @@ def test_candidates_are_tiles_the_policy_accepts() -> None:
 def test_every_box_gets_its_probes_inside_it_and_both_sides_agree_there(tokens) -> None:
     box = {"num_tokens": tokens, "num_reqs": tokens}
     points = tune.box_points(box, 5, 8)
-    assert len(points) == (1 if tokens == (1, 1) else tune.MIN_PROBES) or len(points) > 12
+    assert len(points) >= tune.MIN_PROBES
     assert len({tuple(sorted(p.items())) for p in points}) == len(points)
     for p in points:
         assert all(lo <= p[k] <= hi for k, (lo, hi) in box.items()), p
+        assert set(p) == set(box) | ({"variant"} if tokens == (1, 1) else set()), p
+    assert points == tune.box_points(box, 5, 8)
     for p in points[:3]:
         call = h.call_of(p, CPU, 7)
         assert (call.num_reqs, call.num_tokens) == (p["num_reqs"], p["num_tokens"])
         assert h.outputs_equal(call, (128, 2)), p
+
+
+def test_the_one_token_box_is_timed_at_its_probes_each_a_step_of_its_own() -> None:
+    box = {"num_tokens": (1, 1), "num_reqs": (1, 1)}
+    points = tune.box_points(box, 3, 8)
+    assert len(points) == tune.MIN_PROBES
+    assert len({p["variant"] for p in points}) == tune.MIN_PROBES
+    assert all(0 <= p["variant"] < tune.VARIANTS for p in points)
+    assert tune.box_points(box, 4, 8) != points
+    measure = tune.Measure(CPU)
+    calls = [measure.call(p) for p in points]
+    assert len(measure.calls) == tune.MIN_PROBES
+    assert measure.call(points[0]) is calls[0]
+    assert all((c.num_reqs, c.num_tokens) == (1, 1) for c in calls)  # type: ignore[attr-defined]
+    contexts = {int(c.seq_lens[0]) for c in calls}  # type: ignore[attr-defined]
+    assert len(contexts) == tune.MIN_PROBES
+    for c in calls[:2]:
+        assert h.outputs_equal(c, (16, 1))  # type: ignore[arg-type]
 
 
 def test_tuned_entries_carry_their_evidence_and_render() -> None:

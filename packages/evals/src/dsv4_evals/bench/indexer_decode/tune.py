@@ -12,7 +12,10 @@ The table: boxes of decode tokens (1, 2-64, 65-512, 513-8192) with as many decod
 requests (CUDA-graph padding and tokens past the requests included), compress ratio 4,
 both values of ``deep_gemm`` (the DeepGEMM schedule is the same call on both sides, so
 a ratio above 1 without it stays above 1 with it). A box's probes are its corners and
-seeded random keys (:func:`dsv4_evals.bench.probes.box_probes`); the tile with the best
+seeded random keys (:func:`dsv4_evals.bench.probes.box_probes`), at least
+:data:`MIN_PROBES`; a box with fewer keys than that (the one-token box holds one: a single
+request of one token) is probed at :data:`MIN_PROBES` steps instead, each key's steps told
+apart by a ``variant`` and built with seeds of their own. The tile with the best
 worst ratio is accepted if an independent second pass confirms it beats vLLM by
 ``--margin`` at every probe on both clocks; a box no tile wins is split in two along the
 tokens once; a box still lost gets no entry (vLLM's build runs there).
@@ -47,8 +50,12 @@ CANDIDATES: list[tuple[int, int]] = [
 ]
 TOKEN_BOXES = [(1, 1), (2, 64), (65, 512), (513, 8192)]
 MIN_PROBES = 12
-"""Keys a box is timed at, at least, where it holds that many (the one-token box holds
-one key: a single request of one token)."""
+"""Steps a box is timed at, at least: what ``tests/test_provenance.py`` asks of every
+shipped entry. A box holding fewer keys (the one-token box holds one: a single request of
+one token) is timed at that many steps of its keys, told apart by a ``variant``."""
+VARIANTS = 1 << 16
+"""Values a probe's ``variant`` takes: two variants of one key are two steps, each built
+with its own seed (the step cache is keyed by the whole point)."""
 HEADER = ("Indexer decode metadata launch table. Entries are written by the tuner "
           "(python -m dsv4_evals.bench.indexer_decode.tune --write) from measurements: a "
           "tile is kept only where dsv4's decode-only build (one launch and one host pass "
@@ -58,8 +65,9 @@ HEADER = ("Indexer decode metadata launch table. Entries are written by the tune
 
 
 class Measure:
-    """``measure(point, tile) -> (host µs, GPU µs)``, each step made once per point and
-    checked against vLLM's side before a tile is timed there."""
+    """``measure(point, tile) -> (host µs, GPU µs)``, each step made once per point (a
+    ``variant`` makes another step of the same key, with another seed) and checked
+    against vLLM's side before a tile is timed there."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -120,6 +128,10 @@ def choose(points: list[dict[str, int]], measure: Measure, margin: float, keep: 
 
 def box_points(box: dict[str, tuple[int, int]], seed: int, random_points: int
                ) -> list[dict[str, int]]:
+    """The box's probes: its corners and ``random_points`` seeded random keys, topped up
+    to :data:`MIN_PROBES` keys where it holds that many; where it holds fewer (the
+    one-token box), its corners and seeded random keys each with a ``variant``, at
+    least :data:`MIN_PROBES` steps in all."""
     found = [p.point for p in probes.box_probes(box, seed=seed, random_points=random_points)]
     extra = seed * 7919
     while len(found) < MIN_PROBES and extra < seed * 7919 + 100:
@@ -127,6 +139,12 @@ def box_points(box: dict[str, tuple[int, int]], seed: int, random_points: int
         for p in probes.box_probes(box, seed=extra, random_points=MIN_PROBES):
             if p.point not in found and len(found) < MIN_PROBES:
                 found.append(p.point)
+    if len(found) < MIN_PROBES:
+        varied = {**box, "variant": (0, VARIANTS - 1)}
+        corners = len(probes.corners(varied, box))
+        found = [p.point for p in probes.box_probes(
+            varied, seed=seed, random_points=max(random_points, MIN_PROBES - corners),
+            corner_fields=box)]
     return found
 
 
