@@ -1,0 +1,1 @@
+"""The SWA builder's decode-only step: its bench, gates, tuner and report section."""
