@@ -145,15 +145,19 @@ def _accept_fast(indices: object, lens: object, valid: object, slots: object, qs
             and t2r.shape[0] >= num_tokens and qsl.shape[0] >= 2 and seq.shape[0] >= 1
             and replay.shape[0] >= 1 and width >= 1):
         return None
-    index = indices.get_device()
-    cuda = indices.is_cuda
-    if not (cuda or indices.is_cpu):
+    if indices.is_cuda:
+        index = indices.get_device()
+        for other in (lens, valid, slots, qsl, seq, t2r, table, replay):
+            if not other.is_cuda or other.get_device() != index:
+                return None
+    elif indices.is_cpu:
+        index = -1
+        for other in (lens, valid, slots, qsl, seq, t2r, table, replay):
+            if not other.is_cpu:
+                return None
+    else:
         return None
-    for other in (lens, valid, slots, qsl, seq, t2r, table, replay):
-        if other.get_device() != index or other.is_cuda is not cuda or not (
-                cuda or other.is_cpu):
-            return None
-    return Checked(num_slots, num_lens, width, row_stride, t_stride[0], index if cuda else -1)
+    return Checked(num_slots, num_lens, width, row_stride, t_stride[0], index)
 
 
 def _tensor(name: str, value: object, dtypes: tuple[torch.dtype, ...], ndim: int,

@@ -188,8 +188,9 @@ def random_step(seed: int, device: torch.device | str = "cpu", *,
     window = [128, 128, 16, 1, 3, 64][pick(6)]
     block_size = [64, 64, 16, 1, 256][pick(5)]
     top = [1 << 20, 200_000, 5000, 300][pick(4)]
-    if block_size < 64:  # keeps the block table (a row per request) small
-        top = min(top, 5000)
+    # The block table holds a row of cdiv(top, block_size) + 1 entries per request:
+    # at most about 8M entries in all.
+    top = min(top, max(300, (8 << 20) // max(real, 1) * block_size))
     contexts = [pick(top) + 1 for _ in range(real)]
     rows = [8192, real + pads, real + pads + 37][pick(3)]
     return make_step(seed, contexts, pad_tokens=pads, window=window, block_size=block_size,
