@@ -1,0 +1,443 @@
+"""The SWA builders' decode-only step as a vLLM target: ``DeepseekSparseSWAMetadataBuilder.build``.
+
+Every DeepSeek-V4 step, vLLM 0.33.0 builds the sliding-window metadata of each SWA KV-cache
+group (two for DeepSeek-V4-Flash) with ``DeepseekSparseSWAMetadataBuilder.build``
+(``vllm/v1/attention/backends/mla/sparse_swa.py``). For a decode-only causal step of ``T``
+tokens it runs, after the step's token-to-request map, three device operations on the
+builder's buffers: ``torch.ge(slot_mapping, 0, out=is_valid_token[:S])``, a zero fill of
+``decode_swa_lens[T:]`` (to the end of the buffer) and vLLM's SWA rows kernel for rows
+``0..T-1``; then it slices the views it returns and plans the FlashMLA tile schedulers. The
+stand-in owns that build for the steps the policy covers and returns a metadata object
+equal to vLLM's in every field, every tensor's shape, stride, storage offset and bytes,
+and every buffer:
+
+* the token-to-request map through vLLM's own ``CommonAttentionMetadata.
+  token_to_req_indices`` with the builder's buffer (so the step's second SWA builder
+  reuses the map the first one made, as vLLM's does);
+* one launch of :mod:`dsv4_kernels.swa_decode` for ``is_valid_token[:S]``, the zeros of
+  ``decode_swa_lens[T:]`` and rows ``0..T-1`` of ``decode_swa_indices`` and
+  ``decode_swa_lens`` (``S = slot_mapping.shape[0]``);
+* the views vLLM returns (the same buffers, sizes, strides and offsets), made with
+  ``as_strided`` from the strides the kernel's checks saw;
+* vLLM's own ``build_tile_scheduler`` (one fresh FlashMLA plan holder per layer type) and
+  vLLM's own metadata class. vLLM's ``_build_deepseek_v4_metadata`` adds nothing to a step
+  without prefills, so it is not called.
+
+Covered builds: vLLM's ``DeepseekSparseSWAMetadataBuilder`` itself and FlashMLA's CUDA
+subclass ``DeepseekSparseSWAFlashMLAMetadataBuilder`` (``vllm/models/deepseek_v4/nvidia/
+flashmla.py``; covered only while it overrides none of ``build``, ``build_tile_scheduler``
+and ``_build_deepseek_v4_metadata``), with no speculative decoding and no DSpark, for a
+causal step (``causal is True``) of at least one request and ``1 <= T <= S`` tokens whose
+``max_query_len`` is an int at most 1 (and ``1 <= decode_threshold``, so vLLM's split makes
+every request a decode), whose tensors the kernel's checks accept and whose key
+``(arch, index_width, T)`` the table covers. Every other build calls vLLM's ``build`` with
+the same arguments: prefills or longer queries in the step, ``T == 0``, speculative
+decoding, DSpark or a non-causal step, any other subclass (ROCm, CPU, FlashInfer, V4.1),
+an argument the kernel's checks refuse (before the launch writes anything; remembered per
+step shape) and every key no table entry covers.
+
+Why this module holds the object. vLLM's object is a method: there is no module global to
+rebind, and the plugin rebinds ``Target.attribute`` of ``Target.module``. This module
+answers ``DeepseekSparseSWAMetadataBuilder.build`` as vLLM's class attribute itself
+(reading it returns the class's own ``build``, writing it sets the class's ``build``) and
+``DeepseekSparseSWAMetadataBuilder`` as vLLM's class, so the plugin's patching, restoring,
+builder hook and kill switch and the step benchmark's on/off switch work on it as on every
+other target, with no change to them. FlashMLA's subclass inherits the class attribute. The
+stand-in binds as a method (:meth:`SWADecodeDispatch.__get__`); an instance attribute
+``build`` set by a tool (the step benchmark's timers) still wins over it.
+
+Warm-up hook: the same class's ``__init__`` (FlashMLA's subclass inherits it). vLLM builds
+the SWA builders while it sets up the KV cache, before CUDA graphs are captured; their
+device is the step's. The compile keys depend on the arch alone
+(:func:`warm_compile_keys`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any, NamedTuple, Unpack
+
+import torch
+from dsv4_kernels.swa_decode import launch as kernels_swd
+from dsv4_policy.kernels import swa_decode as policy_swd
+from dsv4_policy.kernels.swa_decode import Key, Launch, Table
+
+from dsv4_vllm._log import logger
+from dsv4_vllm.dispatch import Dispatch, Options
+from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
+from dsv4_vllm.registry import Builder, Target
+
+Resolver = Callable[[Key], Launch]
+
+VLLM_MODULE = "vllm.v1.attention.backends.mla.sparse_swa"
+BUILDER_CLASS = "DeepseekSparseSWAMetadataBuilder"
+FLASHMLA_MODULE = "vllm.models.deepseek_v4.nvidia.flashmla"
+FLASHMLA_BUILDER_CLASS = "DeepseekSparseSWAFlashMLAMetadataBuilder"
+METHOD = "build"
+ATTRIBUTE = f"{BUILDER_CLASS}.{METHOD}"
+"""What the plugin reads and rebinds here: vLLM's class attribute, through this module."""
+LABEL = "SWA decode metadata"
+OVERRIDES = ("build", "build_tile_scheduler", "_build_deepseek_v4_metadata")
+"""What FlashMLA's subclass must not define for its builds to be covered."""
+PARAMETERS: tuple[tuple[str, Any], ...] = (
+    ("self", REQUIRED),
+    ("common_prefix_len", REQUIRED),
+    ("common_attn_metadata", REQUIRED),
+    ("fast_build", False),
+    ("replay_start", None),
+)
+"""``DeepseekSparseSWAMetadataBuilder.build`` in vLLM 0.33.x: names, order, defaults."""
+SIGNATURE = Signature(tuple((name, default, POSITIONAL) for name, default in PARAMETERS))
+_NAMES = ("common_prefix_len", "common_attn_metadata", "fast_build", "replay_start")
+"""``build``'s parameters after ``self``."""
+_LAYER_TYPES = ("_LAYER_TYPE_SWAONLY", "_LAYER_TYPE_C4A", "_LAYER_TYPE_C128A",
+                "_LAYER_TYPE_C1A", "_LAYER_TYPE_C2A")
+"""vLLM's names of ``build_tile_scheduler``'s keys, in the order of the metadata's
+``tile_sched_*`` fields."""
+
+
+def _vllm_module() -> types.ModuleType:
+    return importlib.import_module(VLLM_MODULE)
+
+
+def _vllm_class() -> type:
+    """vLLM's ``DeepseekSparseSWAMetadataBuilder`` (AttributeError when it cannot be had)."""
+    try:
+        module = _vllm_module()
+    except ImportError as exc:
+        raise AttributeError(f"{VLLM_MODULE} cannot be imported ({exc})") from None
+    found = getattr(module, BUILDER_CLASS, None)
+    if not isinstance(found, type):
+        raise AttributeError(f"{VLLM_MODULE} has no class {BUILDER_CLASS}")
+    return found
+
+
+def overridden(subclass: type, base: type) -> list[str]:
+    """The names of :data:`OVERRIDES` that ``subclass`` (or a class between it and ``base``)
+    defines itself; every name when ``subclass`` does not derive from ``base``."""
+    if not (isinstance(subclass, type) and issubclass(subclass, base)):
+        return list(OVERRIDES)
+    mro = subclass.__mro__
+    return [name for cls in mro[:mro.index(base)] for name in OVERRIDES if name in vars(cls)]
+
+
+def covered_classes(module: types.ModuleType) -> tuple[type, ...]:
+    """The builder classes whose builds may be taken over: vLLM's class and, while it
+    overrides nothing :data:`OVERRIDES` names, FlashMLA's CUDA subclass."""
+    base = getattr(module, BUILDER_CLASS)
+    try:
+        flashmla = importlib.import_module(FLASHMLA_MODULE)
+    except Exception:
+        logger.debug("dsv4: %s cannot be imported; only %s builds are taken over",
+                     FLASHMLA_MODULE, BUILDER_CLASS, exc_info=True)
+        return (base,)
+    sub = getattr(flashmla, FLASHMLA_BUILDER_CLASS, None)
+    if not isinstance(sub, type) or sub is base:
+        return (base,)
+    found = overridden(sub, base)
+    if found:
+        logger.warning("dsv4: %s.%s defines %s itself; its builds stay vLLM's",
+                       FLASHMLA_MODULE, FLASHMLA_BUILDER_CLASS, ", ".join(found))
+        return (base,)
+    return (base, sub)
+
+
+# ----------------------------------------------------------------------------- warm-up
+def warm_compile_keys(
+    arch: str,
+    device: torch.device | str,
+    *,
+    table: Table | None = None,
+) -> int:
+    """Build every tile of ``compile_keys(table, arch)`` on ``device``; return how many
+    binaries were new. Logs as every warm-up."""
+    keys = sorted(policy_swd.compile_keys(table, arch))
+    started = time.perf_counter()
+    compiled = kernels_swd.warmup(keys, device) if keys else 0
+    logger.info(
+        "dsv4 warm-up: %d SWA decode metadata compile key(s) for %s on %s; %d compiled in "
+        "%.2f s", len(keys), arch, device, compiled, time.perf_counter() - started,
+    )
+    return compiled
+
+
+# ----------------------------------------------------------------------------- per call
+class Decision(NamedTuple):
+    """A table hit for one step shape: the tile and its warm-up key."""
+
+    launch: Launch
+    tile: tuple[int, int, int]
+    arch: str
+
+
+class Plan(NamedTuple):
+    """Everything a covered build needs, established before anything is written."""
+
+    cam: Any
+    replay_start: Any
+    num_reqs: int
+    num_tokens: int
+    max_query_len: int
+    decision: Decision
+    shape: tuple[Any, ...]
+
+
+_Tensor = torch.Tensor
+_VllmState = tuple[tuple[type, ...], types.ModuleType, tuple[str, ...]]
+"""The covered builder classes, vLLM's module and its layer-type keys."""
+
+
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+    """vLLM's ``(common_attn_metadata, replay_start)`` from ``build``'s arguments after
+    ``self``, or None when the call cannot be read for sure (vLLM's ``build`` then raises
+    its own error)."""
+    if len(args) > 4:
+        return None
+    for name in kwargs:
+        try:
+            index = _NAMES.index(name)
+        except ValueError:
+            return None
+        if index < len(args):
+            return None
+    if not args and "common_prefix_len" not in kwargs:
+        return None
+    if len(args) >= 2:
+        cam = args[1]
+    elif "common_attn_metadata" in kwargs:
+        cam = kwargs["common_attn_metadata"]
+    else:
+        return None
+    return cam, (args[3] if len(args) == 4 else kwargs.get("replay_start"))
+
+
+class SWADecodeDispatch(Dispatch):
+    """Drop-in for vLLM's ``DeepseekSparseSWAMetadataBuilder.build``: the decode-only steps
+    the table covers are built by dsv4, every other build is vLLM's.
+
+    ``resolve``, ``arch_of`` and ``warm`` are injectable so the decision can be tested
+    without a GPU; ``table`` None is the shipped table.
+    """
+
+    policy = policy_swd
+    label = LABEL
+    deployment_fields = ()
+    default_warm = staticmethod(warm_compile_keys)
+
+    def __init__(self, original: Any, **options: Unpack[Options]) -> None:
+        super().__init__(original, **options)
+        # inspect.signature(dispatch) is vLLM's method's signature.
+        self.__wrapped__ = original
+        self._vllm_state: _VllmState | None = None
+        self._warm_known: set[tuple[str, int]] = set()
+        """(arch, device index) pairs known warm: the per-call check is one set lookup."""
+
+    def __repr__(self) -> str:
+        return f"SWADecodeDispatch({self.original!r})"
+
+    def __get__(self, builder: Any, owner: type | None = None) -> Any:
+        """A class attribute binds as vLLM's method does: ``builder.build`` is this
+        stand-in with the builder as its first argument."""
+        if builder is None:
+            return self
+        return types.MethodType(self, builder)
+
+    def on_builder_ready(self, device: torch.device) -> None:
+        """After vLLM built a covered SWA builder: warm the arch's compile keys on its
+        device."""
+        arch = self.arch_of(device)
+        if arch is None:
+            return
+        self.warm_once(arch, (), device)
+
+    def covered(self) -> tuple[type, ...]:
+        """The builder classes whose builds this stand-in may take over."""
+        return self._vllm()[0]
+
+    def _vllm(self) -> _VllmState:
+        """The covered builder classes, vLLM's module and its layer-type keys (looked up
+        once)."""
+        if self._vllm_state is None:
+            module = _vllm_module()
+            keys = tuple(getattr(module, name) for name in _LAYER_TYPES)
+            self._vllm_state = (covered_classes(module), module, keys)
+        return self._vllm_state
+
+    # -- the decision -----------------------------------------------------------------
+
+    def _plan(self, builder: Any, cam: Any, replay_start: Any) -> Plan | None:
+        """A covered step's plan, or None (vLLM's build). Reads host facts only."""
+        b = builder
+        if not (b.num_speculative_tokens == 0 and b.is_dspark is False
+                and cam.causal is True):
+            return None
+        n, m, longest, threshold = (cam.num_reqs, cam.num_actual_tokens, cam.max_query_len,
+                                    b.decode_threshold)
+        # vLLM's split: max_query_len <= decode_threshold makes every request a decode.
+        if not (type(n) is int and type(m) is int and type(longest) is int
+                and type(threshold) is int and n >= 1 and m >= 1
+                and longest <= 1 <= threshold):
+            return None
+        slots = cam.slot_mapping
+        if not (type(slots) is _Tensor and slots.dim() == 1 and m <= slots.shape[0]):
+            return None
+        rows = b.decode_swa_indices
+        width = rows.shape[-1]
+        shape = (rows.get_device(), width, m)
+        decision = self.cached(shape, lambda: self._decide(rows.device, width, m))
+        if decision is None:
+            return None
+        return Plan(cam, replay_start, n, m, longest, decision, shape)
+
+    def _decide(self, device: torch.device, width: int, num_tokens: int) -> Decision | None:
+        arch = self.arch_of(device)
+        if arch is None:
+            return None
+        try:
+            launch = self._resolve(Key(arch, width, num_tokens))
+        except Exception:
+            logger.warning("dsv4: could not resolve an SWA decode metadata launch for %s; "
+                           "using vLLM's build", (arch, width, num_tokens), exc_info=True)
+            return None
+        if launch.source == "baseline":
+            return None
+        return Decision(launch, launch.compile_key(), arch)
+
+    # -- the call ---------------------------------------------------------------------
+
+    def __call__(self, builder: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.enabled:
+            classes, vllm, layer_types = self._vllm()
+            if type(builder) in classes:
+                call = _arguments(args, kwargs)
+                plan = None
+                if call is not None:
+                    try:
+                        plan = self._plan(builder, *call)
+                    except Exception:
+                        # A builder or step this path does not know: vLLM's build decides.
+                        logger.debug("dsv4: SWA decode step not readable; vLLM's build",
+                                     exc_info=True)
+                        plan = None
+                if plan is not None and self._ready(builder.decode_swa_indices,
+                                                    plan.decision.arch, plan.shape[0]):
+                    result = self._build(builder, plan, vllm, layer_types)
+                    if result is not None:
+                        self.hits += 1
+                        return result
+        self.misses += 1
+        return self.original(builder, *args, **kwargs)
+
+    def _ready(self, buffer: torch.Tensor, arch: str, index: int) -> bool:
+        """:meth:`warm_lazily`, remembered once the device is known warm."""
+        if (arch, index) in self._warm_known:
+            return True
+        if not self.warm_lazily(buffer, arch, ()):
+            return False
+        if self.warmed(arch, (), buffer.device):
+            self._warm_known.add((arch, index))
+        return True
+
+    def configure(self, **changes: Any) -> None:
+        super().configure(**changes)
+        self._warm_known.clear()
+
+    def _build(self, b: Any, plan: Plan, vllm: types.ModuleType,
+               layer_types: tuple[str, ...]) -> Any:
+        """vLLM's build of a covered decode-only step; None when dsv4's checks refuse it
+        (before the launch writes anything)."""
+        cam, m = plan.cam, plan.num_tokens
+        # vLLM's own map, first as in vLLM's build (cached on cam: a second SWA builder of
+        # the step gets the first one's).
+        token_to_req = cam.token_to_req_indices(b.token_to_req_indices)
+        replay_start = b.no_replay_start if plan.replay_start is None else plan.replay_start
+        rows, lens, valid = b.decode_swa_indices, b.decode_swa_lens, b.is_valid_token
+        slots, qsl, seq_lens, table = (cam.slot_mapping, cam.query_start_loc, cam.seq_lens,
+                                       cam.block_table_tensor)
+        window, block_size = b.window_size, b.block_size
+        try:
+            checked = kernels_swd.check(rows, lens, valid, slots, qsl, seq_lens, token_to_req,
+                                        table, replay_start, window, block_size, m)
+            if checked.cuda_index < 0 and not kernels_swd.interpreting():
+                raise ValueError("build_swa_decode: the step's tensors are on the CPU and "
+                                 "Triton's interpreter is off")
+        except ValueError:
+            logger.warning("dsv4: the SWA decode metadata kernel refused a step vLLM built; "
+                           "this step shape uses vLLM's build from now on", exc_info=True)
+            self.forget(plan.shape)
+            return None
+        tpp, cpp, warps = plan.decision.tile
+        kernels_swd.launch_checked(checked, rows, lens, valid, slots, qsl, seq_lens,
+                                   token_to_req, table, replay_start, window, block_size, m,
+                                   tpp, cpp, warps)
+        sched = b.build_tile_scheduler(m)
+        swaonly, c4a, c128a, c1a, c2a = layer_types
+        # The views vLLM returns: is_valid_token[:S], decode_swa_indices[:T] and
+        # decode_swa_lens[:T] (the checks saw unit strides for is_valid_token and
+        # decode_swa_lens; a leading slice keeps every stride and the storage offset).
+        return vllm.DeepseekSparseSWAMetadata(
+            seq_lens=seq_lens, query_start_loc=qsl, query_start_loc_cpu=cam.query_start_loc_cpu,
+            block_table=table, slot_mapping=slots,
+            is_valid_token=valid.as_strided((checked.num_slots,), (1,)),
+            token_to_req_indices=token_to_req,
+            decode_swa_indices=rows.as_strided((m, *rows.shape[1:]), rows.stride()),
+            decode_swa_lens=lens.as_strided((m,), (1,)), decode_swa_width=window,
+            replay_start=replay_start, block_size=block_size, num_decodes=plan.num_reqs,
+            num_prefills=0, num_decode_tokens=m, num_prefill_tokens=0,
+            max_decode_query_len=min(plan.max_query_len, b.decode_threshold),
+            tile_sched_swaonly=sched[swaonly], tile_sched_c4a=sched[c4a],
+            tile_sched_c128a=sched[c128a], tile_sched_c1a=sched[c1a], tile_sched_c2a=sched[c2a])
+
+
+def _on_builder_ready(dispatch: SWADecodeDispatch, builder: Any) -> None:
+    if type(builder) not in dispatch.covered():
+        return  # ROCm, CPU, FlashInfer, V4.1: their builds stay vLLM's
+    if builder.num_speculative_tokens != 0 or builder.is_dspark is not False:
+        return  # never a covered step
+    dispatch.on_builder_ready(builder.decode_swa_indices.device)
+
+
+# ----------------------------------------------------------------------------- the holder
+class _Holder(types.ModuleType):
+    """This module as the plugin reads and writes it: :data:`ATTRIBUTE` is vLLM's class
+    attribute ``DeepseekSparseSWAMetadataBuilder.build`` itself, :data:`BUILDER_CLASS`'s
+    value vLLM's class (both looked up when asked, so importing this module imports no
+    vLLM)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == BUILDER_CLASS:
+            return _vllm_class()
+        if name == ATTRIBUTE:
+            found = vars(_vllm_class()).get(METHOD)
+            if found is None:
+                raise AttributeError(f"{VLLM_MODULE}.{BUILDER_CLASS} defines no {METHOD}")
+            return found
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == ATTRIBUTE:
+            setattr(_vllm_class(), METHOD, value)
+            return
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name == ATTRIBUTE:
+            raise AttributeError(f"{ATTRIBUTE} is vLLM's method; it cannot be deleted here")
+        super().__delattr__(name)
+
+
+TARGET = Target(
+    name="swa_decode",
+    label=LABEL,
+    module=__name__,
+    attribute=ATTRIBUTE,
+    signature=SIGNATURE,
+    dispatch=SWADecodeDispatch,
+    builder=Builder(BUILDER_CLASS, _on_builder_ready),
+)
+
+sys.modules[__name__].__class__ = _Holder
