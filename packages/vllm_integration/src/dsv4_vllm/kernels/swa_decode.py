@@ -55,7 +55,6 @@ device is the step's. The compile keys depend on the arch alone
 from __future__ import annotations
 
 import importlib
-import sys
 import time
 import types
 from collections.abc import Callable
@@ -67,7 +66,8 @@ from dsv4_policy.kernels import swa_decode as policy_swd
 from dsv4_policy.kernels.swa_decode import Key, Launch, Table
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.dispatch import Dispatch, Options
+from dsv4_vllm.builder_method import BuilderMethod, BuilderMethodDispatch, hold, readable
+from dsv4_vllm.dispatch import Options
 from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -100,20 +100,10 @@ _LAYER_TYPES = ("_LAYER_TYPE_SWAONLY", "_LAYER_TYPE_C4A", "_LAYER_TYPE_C128A",
 ``tile_sched_*`` fields."""
 
 
-def _vllm_module() -> types.ModuleType:
-    return importlib.import_module(VLLM_MODULE)
-
-
-def _vllm_class() -> type:
-    """vLLM's ``DeepseekSparseSWAMetadataBuilder`` (AttributeError when it cannot be had)."""
-    try:
-        module = _vllm_module()
-    except ImportError as exc:
-        raise AttributeError(f"{VLLM_MODULE} cannot be imported ({exc})") from None
-    found = getattr(module, BUILDER_CLASS, None)
-    if not isinstance(found, type):
-        raise AttributeError(f"{VLLM_MODULE} has no class {BUILDER_CLASS}")
-    return found
+_BUILDER = BuilderMethod(VLLM_MODULE, BUILDER_CLASS, METHOD)
+_vllm_module = _BUILDER.module
+_vllm_class = _BUILDER.cls
+"""vLLM's ``DeepseekSparseSWAMetadataBuilder`` (AttributeError when it cannot be had)."""
 
 
 def overridden(subclass: type, base: type) -> list[str]:
@@ -195,16 +185,7 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]
     """vLLM's ``(common_attn_metadata, replay_start)`` from ``build``'s arguments after
     ``self``, or None when the call cannot be read for sure (vLLM's ``build`` then raises
     its own error)."""
-    if len(args) > 4:
-        return None
-    for name in kwargs:
-        try:
-            index = _NAMES.index(name)
-        except ValueError:
-            return None
-        if index < len(args):
-            return None
-    if not args and "common_prefix_len" not in kwargs:
+    if not readable(args, kwargs, _NAMES):
         return None
     if len(args) >= 2:
         cam = args[1]
@@ -215,7 +196,7 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]
     return cam, (args[3] if len(args) == 4 else kwargs.get("replay_start"))
 
 
-class SWADecodeDispatch(Dispatch):
+class SWADecodeDispatch(BuilderMethodDispatch):
     """Drop-in for vLLM's ``DeepseekSparseSWAMetadataBuilder.build``: the decode-only steps
     the table covers are built by dsv4, every other build is vLLM's.
 
@@ -230,21 +211,10 @@ class SWADecodeDispatch(Dispatch):
 
     def __init__(self, original: Any, **options: Unpack[Options]) -> None:
         super().__init__(original, **options)
-        # inspect.signature(dispatch) is vLLM's method's signature.
-        self.__wrapped__ = original
         self._vllm_state: _VllmState | None = None
-        self._warm_known: set[tuple[str, int]] = set()
-        """(arch, device index) pairs known warm: the per-call check is one set lookup."""
 
     def __repr__(self) -> str:
         return f"SWADecodeDispatch({self.original!r})"
-
-    def __get__(self, builder: Any, owner: type | None = None) -> Any:
-        """A class attribute binds as vLLM's method does: ``builder.build`` is this
-        stand-in with the builder as its first argument."""
-        if builder is None:
-            return self
-        return types.MethodType(self, builder)
 
     def on_builder_ready(self, device: torch.device) -> None:
         """After vLLM built a covered SWA builder: warm the arch's compile keys on its
@@ -332,20 +302,6 @@ class SWADecodeDispatch(Dispatch):
         self.misses += 1
         return self.original(builder, *args, **kwargs)
 
-    def _ready(self, buffer: torch.Tensor, arch: str, index: int) -> bool:
-        """:meth:`warm_lazily`, remembered once the device is known warm."""
-        if (arch, index) in self._warm_known:
-            return True
-        if not self.warm_lazily(buffer, arch, ()):
-            return False
-        if self.warmed(arch, (), buffer.device):
-            self._warm_known.add((arch, index))
-        return True
-
-    def configure(self, **changes: Any) -> None:
-        super().configure(**changes)
-        self._warm_known.clear()
-
     def _build(self, b: Any, plan: Plan, vllm: types.ModuleType,
                layer_types: tuple[str, ...]) -> Any:
         """vLLM's build of a covered decode-only step; None when dsv4's checks refuse it
@@ -401,35 +357,6 @@ def _on_builder_ready(dispatch: SWADecodeDispatch, builder: Any) -> None:
     dispatch.on_builder_ready(builder.decode_swa_indices.device)
 
 
-# ----------------------------------------------------------------------------- the holder
-class _Holder(types.ModuleType):
-    """This module as the plugin reads and writes it: :data:`ATTRIBUTE` is vLLM's class
-    attribute ``DeepseekSparseSWAMetadataBuilder.build`` itself, :data:`BUILDER_CLASS`'s
-    value vLLM's class (both looked up when asked, so importing this module imports no
-    vLLM)."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name == BUILDER_CLASS:
-            return _vllm_class()
-        if name == ATTRIBUTE:
-            found = vars(_vllm_class()).get(METHOD)
-            if found is None:
-                raise AttributeError(f"{VLLM_MODULE}.{BUILDER_CLASS} defines no {METHOD}")
-            return found
-        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == ATTRIBUTE:
-            setattr(_vllm_class(), METHOD, value)
-            return
-        super().__setattr__(name, value)
-
-    def __delattr__(self, name: str) -> None:
-        if name == ATTRIBUTE:
-            raise AttributeError(f"{ATTRIBUTE} is vLLM's method; it cannot be deleted here")
-        super().__delattr__(name)
-
-
 TARGET = Target(
     name="swa_decode",
     label=LABEL,
@@ -440,4 +367,5 @@ TARGET = Target(
     builder=Builder(BUILDER_CLASS, _on_builder_ready),
 )
 
-sys.modules[__name__].__class__ = _Holder
+# This module answers ATTRIBUTE as vLLM's class attribute and BUILDER_CLASS as vLLM's class.
+hold(__name__, _BUILDER)
