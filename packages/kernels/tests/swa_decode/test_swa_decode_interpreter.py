@@ -167,6 +167,29 @@ def test_a_slot_mapping_longer_than_the_tokens() -> None:
     assert bool((want.swa_lens[4:] == 0).all())
 
 
+def test_a_mixed_steps_prefill_slots_spread_the_validity_fill(monkeypatch) -> None:
+    # A mixed step: 4 decode tokens, then 3,000 prefill tokens' slots (some -1). The
+    # validity mask covers all of them, so the grid grows to one program per fill block
+    # while only the first programs write rows.
+    call = make_step(16, [40, 5000, 7], pad_tokens=1, buffer_rows=4096)
+    g = torch.Generator().manual_seed(16)
+    prefill = torch.randint(0, 1 << 30, (3000,), generator=g)
+    prefill[torch.rand(3000, generator=g) < 0.2] = -1
+    call = dataclasses.replace(call, slot_mapping=torch.cat([call.slot_mapping, prefill]))
+    grids: list[int] = []
+    real = launch._LAUNCHER
+
+    def recording(index, grid, *rest):
+        grids.append(grid)
+        return real(index, grid, *rest)
+
+    monkeypatch.setattr(launch, "_LAUNCHER", recording)
+    want = check(call, [BASELINE, (1, 16, 1), (16, 128, 8)])
+    assert grids == [3, 4, 3]  # cdiv(3004, 1024) = 3 fill programs; 4 rows at one per program
+    assert want.is_valid_token[4:3004].tolist() == (prefill >= 0).tolist()
+    assert torch.equal(want.swa_indices[4:], call.swa_indices[4:])
+
+
 def test_int32_slot_mapping() -> None:
     call = make_step(12, [5, 500, 5000], pad_tokens=2)
     want = check(call)

@@ -3,8 +3,10 @@
 For a decode-only causal step, vLLM 0.33.0's ``DeepseekSparseSWAMetadataBuilder.build``
 runs three device operations on its buffers: ``torch.ge(slot_mapping, 0,
 out=is_valid_token[:S])``, a zero fill of ``decode_swa_lens[T:]`` and the SWA rows
-kernel over ``T`` tokens (one program per token). Here one grid of ``cdiv(T, TPP)``
-programs does all three:
+kernel over ``T`` tokens (one program per token). Here one grid of ``max(cdiv(T, TPP),
+cdiv(S, FILL_ELEMENTS))`` programs does all three (``S > T`` when prefill tokens follow
+the decode tokens, as in a mixed step: the validity fill then spreads over more programs
+than the rows need, and the programs past the rows write no row):
 
 - program ``p`` owns rows ``[p*TPP, p*TPP + TPP)`` and writes them as
   :mod:`dsv4_kernels.swa.kernel` does (its ``index_width`` columns in blocks of
@@ -50,8 +52,9 @@ RUNTIME_ARGS: tuple[str, ...] = (
     "num_lens",
 )
 CONSTEXPRS: tuple[str, ...] = ("TOKENS_PER_PROGRAM", "COLS_PER_PROGRAM")
-FILL_BLOCK = tl.constexpr(1024)
+FILL_ELEMENTS = 1024
 """Elements of ``is_valid_token`` / ``swa_lens`` one program fills per loop turn."""
+FILL_BLOCK = tl.constexpr(FILL_ELEMENTS)
 
 
 @triton.jit(do_not_specialize=RUNTIME_ARGS)

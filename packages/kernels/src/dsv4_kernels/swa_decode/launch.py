@@ -1,9 +1,10 @@
 """The SWA builder's decode step on the GPU, in one launch with a tile chosen by the caller.
 
 :func:`build_swa_decode` writes what vLLM 0.33.0's ``DeepseekSparseSWAMetadataBuilder.build``
-writes into its buffers for a decode-only causal step of ``T = num_tokens`` tokens
+writes into its buffers for the decode tokens of a causal step: ``T = num_tokens`` decode
+tokens first, then, in a mixed step, the prefill tokens (``S - T`` of them)
 (``vllm/v1/attention/backends/mla/sparse_swa.py``), where it runs three device
-operations:
+operations before it turns to any prefill row:
 
 - ``is_valid_token[:S] = slot_mapping >= 0`` with ``S = slot_mapping.shape[0]``;
 - ``swa_lens[T:] = 0``, to the end of the buffer;
@@ -31,6 +32,7 @@ import torch
 
 from dsv4_kernels._direct_launch import DirectLauncher
 from dsv4_kernels.swa_decode import kernel as _k
+from dsv4_kernels.swa_decode.kernel import FILL_ELEMENTS
 from dsv4_kernels.swa_decode.checks import FN, SLOT_DTYPES, Checked, check_inputs, check_tile
 
 CompileKey = tuple[int, int, int]
@@ -74,7 +76,8 @@ def launch_checked(checked: Checked, swa_indices: torch.Tensor, swa_lens: torch.
                          "with TRITON_INTERPRET=1 to use Triton's CPU interpreter)")
     tensors = (swa_indices, swa_lens, is_valid_token, slot_mapping, query_start_loc, seq_lens,
                token_to_req_indices, block_table, replay_start)
-    _LAUNCHER(index, -(-num_tokens // tokens_per_program), 1, tensors,
+    programs = max(-(-num_tokens // tokens_per_program), -(-checked.num_slots // FILL_ELEMENTS))
+    _LAUNCHER(index, programs, 1, tensors,
               tuple(map(_data_ptr, tensors)),
               (checked.row_stride, checked.table_stride, window_size, checked.index_width,
                block_size, num_tokens, checked.num_slots, checked.num_lens),
