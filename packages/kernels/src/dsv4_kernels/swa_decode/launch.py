@@ -32,8 +32,8 @@ import torch
 
 from dsv4_kernels._direct_launch import DirectLauncher
 from dsv4_kernels.swa_decode import kernel as _k
-from dsv4_kernels.swa_decode.kernel import FILL_ELEMENTS
 from dsv4_kernels.swa_decode.checks import FN, SLOT_DTYPES, Checked, check_inputs, check_tile
+from dsv4_kernels.swa_decode.kernel import FILL_ELEMENTS
 
 CompileKey = tuple[int, int, int]
 """(tokens_per_program, cols_per_program, num_warps): what selects a tile's binaries."""
