@@ -15,6 +15,8 @@ on which kernel it is lives here, once:
   (:class:`TableFiles`);
 - a deployment's compile keys: the entries it cannot exclude (:func:`deployment_sources`),
   after its facts are checked (:func:`check_ints`);
+- :class:`TileLaunches`, all of the above bound once for a kernel whose launch is its
+  tile and a source, with one baseline launch;
 - :class:`KernelSpec`, what a kernel hands to :mod:`dsv4_policy.registry`.
 
 A kernel module (``dsv4_policy/kernels/<name>.py``) then only states its key fields,
@@ -110,12 +112,13 @@ def elements_problem(tokens_per_program: int, cols_per_program: int, num_warps: 
 
 def tile_shape_problems(
     tokens_per_program: object, cols_per_program: object, num_warps: object,
-    *, min_cols: int, max_cols: int,
+    *, min_cols: int, max_cols: int, max_tokens: int = 256,
 ) -> list[tuple[str, str]]:
-    """``(field, message)`` for the tile fields every kernel shares: tokens and columns
-    per program (powers of two), warps, and the elements-per-thread limit."""
+    """``(field, message)`` for the tile fields every kernel shares: tokens (in
+    1..``max_tokens``) and columns per program (powers of two), warps, and the
+    elements-per-thread limit."""
     found = []
-    problem = power_of_two_problem("tokens_per_program", tokens_per_program, 1, 256)
+    problem = power_of_two_problem("tokens_per_program", tokens_per_program, 1, max_tokens)
     if problem:
         found.append(("tokens_per_program", problem))
     problem = power_of_two_problem("cols_per_program", cols_per_program, min_cols, max_cols)
@@ -503,6 +506,81 @@ def deployment_sources(
     return {k: tuple(v) for k, v in found.items()}
 
 
+# --------------------------------------------------------------------------- flat-tile kernels
+class TileLaunches:
+    """The table machinery of a kernel whose launch is its tile and a source.
+
+    For a kernel whose ``launch_type`` takes the ``tile_fields`` of its tile, in order,
+    then a ``source`` string, and whose baseline is one shared launch of
+    ``baseline_tile``: its :func:`tile_schema` (each box's hit is ``(launch,)``, the
+    entry's tile as one shared ``launch_type`` of source ``"table:<entry id>"``), its
+    :class:`TableFiles` (``tables/<name>.toml``), the check that a table is one of its
+    own (:meth:`index`), and the compile keys a deployment can use
+    (:meth:`compile_key_sources`). ``baseline`` is the baseline's launch (source
+    ``"baseline"``), the same object always. The kernel module keeps its key, its tile,
+    its launch, its index type and its ``resolve``.
+    """
+
+    def __init__(
+        self, name: str, fields: tuple[KeyField, ...], *, tile_type: type,
+        tile_fields: tuple[str, ...], tile_problems: Callable[..., list[tuple[str, str]]],
+        launch_type: type, baseline_tile: Any, index_type: type[Index], label: str,
+        unknown_hint: Callable[[str], str] = lambda field: "",
+    ) -> None:
+        self.tile_type = tile_type
+        self.tile_fields = tile_fields
+        self.launch_type = launch_type
+        self.baseline_tile = baseline_tile
+        self.index_type = index_type
+        self.label = label
+        self.baseline = launch_type(*self.tile_key(baseline_tile), "baseline")
+
+        def hit(e: Entry[Any]) -> tuple:
+            return (launch_type(*self.tile_key(e.config), f"table:{e.id}"),)
+
+        self.schema = tile_schema(
+            name, fields, tile_type=tile_type, tile_fields=tile_fields,
+            tile_problems=tile_problems, index_type=index_type, hit=hit,
+            unknown_hint=unknown_hint)
+        self.files = TableFiles(self.schema, f"tables/{name}.toml")
+
+    def tile_key(self, tile: Any) -> tuple:
+        """A tile's compile key: its ``tile_fields``, in order."""
+        return tuple(getattr(tile, field) for field in self.tile_fields)
+
+    def index(self, table: object) -> Index:
+        """``table``'s compiled index, or TypeError when it is not one of this kernel's
+        launch tables."""
+        return index_of(table, self.index_type, self.label)
+
+    def compile_key_sources(
+        self, table: Table[Any] | None, arch: str, *facts: tuple[str, object, int],
+    ) -> dict[tuple, tuple[str, ...]]:
+        """Every compile key the kernel's ``resolve`` can produce for a deployment, with
+        its sources.
+
+        ``table`` None means the shipped table. The baseline tile's key is always there;
+        an entry's tile counts unless its match excludes ``arch`` or one of the
+        deployment's ``facts``, ``(field, value, low)`` each, whose values are checked
+        first (:func:`check_ints`). See :func:`deployment_sources`.
+        """
+        table = self.files.shipped_table() if table is None else table
+        self.index(table)
+        arch_major(arch)
+        check_ints(*facts)
+        return deployment_sources(
+            [self.tile_key(self.baseline_tile)], table.entries,
+            (("arch", arch), *((name, value) for name, value, _ in facts)), self.tile_key)
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The :class:`KernelSpec` fields this machinery answers: the table's
+        (:meth:`TableFiles.spec_fields`), the launch and tile types, the baseline tile
+        and the compile key's fields."""
+        return {**self.files.spec_fields(), "launch_type": self.launch_type,
+                "tile_type": self.tile_type, "baseline_tile": self.baseline_tile,
+                "compile_key_fields": self.tile_fields}
+
+
 # --------------------------------------------------------------------------- registration
 @dataclass(frozen=True)
 class DeploymentParam:
@@ -558,8 +636,8 @@ class KernelSpec:
 
 __all__ = [
     "ARCH_FIELD", "LEAF_SIZE", "MAX_BOXES", "MAX_DEPTH", "MAX_ELEMENTS_PER_THREAD", "WARPS",
-    "DeploymentParam", "Index", "KernelSpec", "Split", "TableFiles", "arch_trees", "box_count",
-    "boxes", "candidates", "check_ints", "condition_toml", "deployment_sources",
+    "DeploymentParam", "Index", "KernelSpec", "Split", "TableFiles", "TileLaunches", "arch_trees",
+    "box_count", "boxes", "candidates", "check_ints", "condition_toml", "deployment_sources",
     "elements_problem", "entry_problems", "index_of",
     "kernel_schema", "load_shipped", "power_of_two_problem", "refuse_tile", "render", "runs",
     "split", "tile_schema", "warps_problem",

@@ -22,10 +22,9 @@ come from the call. Pure Python, standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from dsv4_policy import launch_table
-from dsv4_policy.arch import _MAJOR, arch_major
+from dsv4_policy.arch import _MAJOR
 from dsv4_policy.conditions import INT_MAX, Range
 from dsv4_policy.launch_table import DeploymentParam, KernelSpec, tile_shape_problems
 from dsv4_policy.launch_table import candidates as _candidates
@@ -144,40 +143,28 @@ class Launch:
         return (self.tokens_per_program, self.cols_per_program, self.num_warps)
 
 
-_BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.cols_per_program,
-                   BASELINE_TILE.num_warps, "baseline")
-_tile_key = attrgetter(*TILE_FIELDS)
-"""A tile's compile key: its fields, in order."""
-
-
 # --------------------------------------------------------------------------- table schema
 class Index(launch_table.Index):
     """The combine_topk_swa table's index. A box's hit is ``(launch,)``: the entry's tile
     as the one shared :class:`Launch`."""
 
 
-def _hit(e: Entry[Tile]) -> tuple:
-    t = e.config
-    return (Launch(t.tokens_per_program, t.cols_per_program, t.num_warps, f"table:{e.id}"),)
-
-
-SCHEMA: Schema[Tile] = launch_table.tile_schema(
+TILES = launch_table.TileLaunches(
     NAME, FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
-    index_type=Index, hit=_hit,
+    launch_type=Launch, baseline_tile=BASELINE_TILE, index_type=Index, label=f"a {NAME}",
     unknown_hint=lambda field: " (an entry sets only its tile; widths, window and strides "
                                "come from the call)",
 )
-FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
+_BASELINE: Launch = TILES.baseline
+SCHEMA: Schema[Tile] = TILES.schema
+FILES = TILES.files
 SHIPPED = FILES.shipped
 make_table = FILES.make_table
 load_table = FILES.load_table
 loads_table = FILES.loads_table
 shipped_table = FILES.shipped_table
 render_table = FILES.render_table
-
-
-def _index(table: object) -> Index:
-    return launch_table.index_of(table, Index, f"a {NAME}")  # type: ignore[return-value]
+_index = TILES.index
 
 
 # --------------------------------------------------------------------------- resolve
@@ -212,15 +199,8 @@ def compile_key_sources(
     arch, the window or the deployment's ``max_image_tokens``: a superset is safe for
     warm-up (one binary too many costs start-up time, never correctness).
     """
-    table = shipped_table() if table is None else table
-    _index(table)
-    arch_major(arch)
-    launch_table.check_ints(("window_size", window_size, 1),
-                            ("max_image_tokens", max_image_tokens, 0))
-    return launch_table.deployment_sources(  # type: ignore[return-value]
-        [_BASELINE.compile_key()], table.entries,
-        (("arch", arch), ("window_size", window_size), ("max_image_tokens", max_image_tokens)),
-        _tile_key)
+    return TILES.compile_key_sources(  # type: ignore[return-value]
+        table, arch, ("window_size", window_size, 1), ("max_image_tokens", max_image_tokens, 0))
 
 
 def compile_keys(table: Table[Tile] | None, arch: str, *, window_size: int,
@@ -247,14 +227,10 @@ def _describe(key: Key) -> list[tuple[str, object]]:
 KERNEL = KernelSpec(
     name=NAME,
     summary="top-k + SWA indices for sparse prefill (vLLM 0.33.0 combine_topk_swa_indices)",
-    **FILES.spec_fields(),
+    **TILES.spec_fields(),
     key_type=Key,
-    launch_type=Launch,
-    tile_type=Tile,
-    baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    compile_key_fields=TILE_FIELDS,
     compile_key_sources=compile_key_sources,
     deployment=(
         DeploymentParam("window_size", "the model's sliding window (hf sliding_window)", 1),

@@ -22,7 +22,6 @@ table is ``dsv4_policy/tables/compressed_slot_mapping.toml``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from dsv4_policy import launch_table
 from dsv4_policy.arch import _MAJOR, arch_major
@@ -157,38 +156,28 @@ class Launch:
         return (self.tokens_per_program, self.num_warps)
 
 
-_BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.num_warps, "baseline")
-_tile_key = attrgetter(*TILE_FIELDS)
-"""A tile's compile key: its fields, in order."""
-
-
 # --------------------------------------------------------------------------- the table
 class Index(launch_table.Index):
     """The compressed_slot_mapping table's index. A box's hit is ``(launch,)``: the
     entry's tile as the one shared :class:`Launch`."""
 
 
-def _hit(e: Entry[Tile]) -> tuple:
-    return (Launch(e.config.tokens_per_program, e.config.num_warps, f"table:{e.id}"),)
-
-
-SCHEMA: Schema[Tile] = launch_table.tile_schema(
+TILES = launch_table.TileLaunches(
     NAME, FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
-    index_type=Index, hit=_hit,
+    launch_type=Launch, baseline_tile=BASELINE_TILE, index_type=Index, label=f"a {NAME}",
     unknown_hint=lambda field: " (an entry sets only its tile; what is written comes from "
                                "the call)",
 )
-FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
+_BASELINE: Launch = TILES.baseline
+SCHEMA: Schema[Tile] = TILES.schema
+FILES = TILES.files
 SHIPPED = FILES.shipped
 make_table = FILES.make_table
 load_table = FILES.load_table
 loads_table = FILES.loads_table
 shipped_table = FILES.shipped_table
 render_table = FILES.render_table
-
-
-def _index(table: object) -> Index:
-    return launch_table.index_of(table, Index, f"a {NAME}")  # type: ignore[return-value]
+_index = TILES.index
 
 
 # --------------------------------------------------------------------------- resolving
@@ -224,13 +213,8 @@ def compile_key_sources(
     DCP world size: a superset is safe for warm-up (one binary too many costs start-up
     time, never correctness), and every other key field varies from step to step.
     """
-    table = shipped_table() if table is None else table
-    _index(table)
-    arch_major(arch)
-    launch_table.check_ints(("dcp_world_size", dcp_world_size, 1))
-    return launch_table.deployment_sources(  # type: ignore[return-value]
-        [_BASELINE.compile_key()], table.entries,
-        (("arch", arch), ("dcp_world_size", dcp_world_size)), _tile_key)
+    return TILES.compile_key_sources(  # type: ignore[return-value]
+        table, arch, ("dcp_world_size", dcp_world_size, 1))
 
 
 def compile_keys(table: Table[Tile] | None, arch: str, *, dcp_world_size: int = 1,
@@ -248,14 +232,10 @@ KERNEL = KernelSpec(
     name=NAME,
     summary="compressed KV slot mapping (vLLM 0.33.0 get_compressed_slot_mapping, fill "
             "included)",
-    **FILES.spec_fields(),
+    **TILES.spec_fields(),
     key_type=Key,
-    launch_type=Launch,
-    tile_type=Tile,
-    baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    compile_key_fields=TILE_FIELDS,
     compile_key_sources=compile_key_sources,
     deployment=(
         DeploymentParam("dcp_world_size", "decode context parallel ranks "

@@ -22,10 +22,9 @@ always come from the call. Pure Python, standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from dsv4_policy import launch_table
-from dsv4_policy.arch import _MAJOR, arch_major
+from dsv4_policy.arch import _MAJOR
 from dsv4_policy.conditions import INT_MAX, Range
 from dsv4_policy.launch_table import (
     MAX_ELEMENTS_PER_THREAD,
@@ -168,40 +167,28 @@ class Launch:
         return (self.tokens_per_program, self.heads_per_program, self.num_warps)
 
 
-_BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.heads_per_program,
-                   BASELINE_TILE.num_warps, "baseline")
-_tile_key = attrgetter(*TILE_FIELDS)
-"""A tile's compile key: its fields, in order."""
-
-
 # --------------------------------------------------------------------------- table schema
 class Index(launch_table.Index):
     """The fused_inv_rope_fp8_quant table's index. A box's hit is ``(launch,)``: the
     entry's tile as the one shared :class:`Launch`."""
 
 
-def _hit(e: Entry[Tile]) -> tuple:
-    t = e.config
-    return (Launch(t.tokens_per_program, t.heads_per_program, t.num_warps, f"table:{e.id}"),)
-
-
-SCHEMA: Schema[Tile] = launch_table.tile_schema(
+TILES = launch_table.TileLaunches(
     NAME, FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
-    index_type=Index, hit=_hit,
+    launch_type=Launch, baseline_tile=BASELINE_TILE, index_type=Index, label=f"a {NAME}",
     unknown_hint=lambda field: " (an entry sets only its tile; values, layout and strides "
                                "come from the call)",
 )
-FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
+_BASELINE: Launch = TILES.baseline
+SCHEMA: Schema[Tile] = TILES.schema
+FILES = TILES.files
 SHIPPED = FILES.shipped
 make_table = FILES.make_table
 load_table = FILES.load_table
 loads_table = FILES.loads_table
 shipped_table = FILES.shipped_table
 render_table = FILES.render_table
-
-
-def _index(table: object) -> Index:
-    return launch_table.index_of(table, Index, f"a {NAME}")  # type: ignore[return-value]
+_index = TILES.index
 
 
 # --------------------------------------------------------------------------- resolve
@@ -238,14 +225,9 @@ def compile_key_sources(
     scale layout and either ``quantize`` count, a superset that is safe for warm-up
     (one binary too many costs start-up time, never correctness).
     """
-    table = shipped_table() if table is None else table
-    _index(table)
-    arch_major(arch)
-    given = (("num_heads", num_heads), ("head_dim", head_dim),
-             ("quant_group_size", quant_group_size))
-    launch_table.check_ints(*((name, value, 1) for name, value in given))
-    return launch_table.deployment_sources(  # type: ignore[return-value]
-        [_BASELINE.compile_key()], table.entries, (("arch", arch), *given), _tile_key)
+    return TILES.compile_key_sources(  # type: ignore[return-value]
+        table, arch, ("num_heads", num_heads, 1), ("head_dim", head_dim, 1),
+        ("quant_group_size", quant_group_size, 1))
 
 
 def compile_keys(table: Table[Tile] | None, arch: str, *, num_heads: int,
@@ -274,14 +256,10 @@ KERNEL = KernelSpec(
     name=NAME,
     summary="inverse RoPE + block FP8 quant of the attention output "
             "(vLLM 0.33.0 fused_inv_rope_fp8_quant)",
-    **FILES.spec_fields(),
+    **TILES.spec_fields(),
     key_type=Key,
-    launch_type=Launch,
-    tile_type=Tile,
-    baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    compile_key_fields=TILE_FIELDS,
     compile_key_sources=compile_key_sources,
     deployment=(
         DeploymentParam("num_heads", "local attention heads (num_attention_heads / tp)", 1),

@@ -29,10 +29,9 @@ shipped table is ``dsv4_policy/tables/indexer_decode.toml``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from dsv4_policy import launch_table
-from dsv4_policy.arch import _MAJOR, arch_major
+from dsv4_policy.arch import _MAJOR
 from dsv4_policy.conditions import INT_MAX, Range
 from dsv4_policy.launch_table import KernelSpec
 from dsv4_policy.launch_table import candidates as _candidates
@@ -152,38 +151,28 @@ class Launch:
         return (self.tokens_per_program, self.num_warps)
 
 
-_BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.num_warps, "baseline")
-_tile_key = attrgetter(*TILE_FIELDS)
-"""A tile's compile key: its fields, in order."""
-
-
 # --------------------------------------------------------------------------- the table
 class Index(launch_table.Index):
     """The indexer_decode table's index. A box's hit is ``(launch,)``: the entry's tile
     as the one shared :class:`Launch`."""
 
 
-def _hit(e: Entry[Tile]) -> tuple:
-    return (Launch(e.config.tokens_per_program, e.config.num_warps, f"table:{e.id}"),)
-
-
-SCHEMA: Schema[Tile] = launch_table.tile_schema(
+TILES = launch_table.TileLaunches(
     NAME, FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
-    index_type=Index, hit=_hit,
+    launch_type=Launch, baseline_tile=BASELINE_TILE, index_type=Index, label=f"an {NAME}",
     unknown_hint=lambda field: " (an entry sets only its tile; what is written comes from "
                                "the step)",
 )
-FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
+_BASELINE: Launch = TILES.baseline
+SCHEMA: Schema[Tile] = TILES.schema
+FILES = TILES.files
 SHIPPED = FILES.shipped
 make_table = FILES.make_table
 load_table = FILES.load_table
 loads_table = FILES.loads_table
 shipped_table = FILES.shipped_table
 render_table = FILES.render_table
-
-
-def _index(table: object) -> Index:
-    return launch_table.index_of(table, Index, f"an {NAME}")  # type: ignore[return-value]
+_index = TILES.index
 
 
 # --------------------------------------------------------------------------- resolving
@@ -215,11 +204,7 @@ def compile_key_sources(table: Table[Tile] | None, arch: str
     arch: every other key field varies from step to step, and a superset is safe for
     warm-up (one binary too many costs start-up time, never correctness).
     """
-    table = shipped_table() if table is None else table
-    _index(table)
-    arch_major(arch)
-    return launch_table.deployment_sources(  # type: ignore[return-value]
-        [_BASELINE.compile_key()], table.entries, (("arch", arch),), _tile_key)
+    return TILES.compile_key_sources(table, arch)  # type: ignore[return-value]
 
 
 def compile_keys(table: Table[Tile] | None, arch: str) -> frozenset[CompileKey]:
@@ -237,14 +222,10 @@ KERNEL = KernelSpec(
     name=NAME,
     summary="the indexer builder's decode-only step (vLLM 0.33.0 "
             "DeepseekV32IndexerMetadataBuilder.build, no prefill, no speculative decoding)",
-    **FILES.spec_fields(),
+    **TILES.spec_fields(),
     key_type=Key,
-    launch_type=Launch,
-    tile_type=Tile,
-    baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    compile_key_fields=TILE_FIELDS,
     compile_key_sources=compile_key_sources,
     deployment=(),
     deployment_of=deployment_of,

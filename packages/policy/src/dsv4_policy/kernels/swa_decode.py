@@ -28,10 +28,9 @@ table is ``dsv4_policy/tables/swa_decode.toml``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import attrgetter
 
 from dsv4_policy import launch_table
-from dsv4_policy.arch import _MAJOR, arch_major
+from dsv4_policy.arch import _MAJOR
 from dsv4_policy.conditions import INT_MAX, Range
 from dsv4_policy.launch_table import KernelSpec
 from dsv4_policy.launch_table import candidates as _candidates
@@ -55,25 +54,9 @@ def tile_problems(tokens_per_program: object, cols_per_program: object, num_warp
     The same limits as the kernel's own checks: a power of two in 1..1024 rows and one
     in 16..1024 columns per program, a warp count Triton accepts, at most 128 elements
     per thread."""
-    found = []
-    problem = launch_table.power_of_two_problem("tokens_per_program", tokens_per_program,
-                                                MIN_TOKENS, MAX_TOKENS)
-    if problem:
-        found.append(("tokens_per_program", problem))
-    problem = launch_table.power_of_two_problem("cols_per_program", cols_per_program,
-                                                MIN_COLS, MAX_COLS)
-    if problem:
-        found.append(("cols_per_program", problem))
-    problem = launch_table.warps_problem(num_warps)
-    if problem:
-        found.append(("num_warps", problem))
-    if not found:
-        problem = launch_table.elements_problem(tokens_per_program,  # type: ignore[arg-type]
-                                                cols_per_program,  # type: ignore[arg-type]
-                                                num_warps)  # type: ignore[arg-type]
-        if problem:
-            found.append(("cols_per_program", problem))
-    return found
+    return launch_table.tile_shape_problems(tokens_per_program, cols_per_program, num_warps,
+                                            min_cols=MIN_COLS, max_cols=MAX_COLS,
+                                            max_tokens=MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -153,40 +136,28 @@ class Launch:
         return (self.tokens_per_program, self.cols_per_program, self.num_warps)
 
 
-_BASELINE = Launch(BASELINE_TILE.tokens_per_program, BASELINE_TILE.cols_per_program,
-                   BASELINE_TILE.num_warps, "baseline")
-_tile_key = attrgetter(*TILE_FIELDS)
-"""A tile's compile key: its fields, in order."""
-
-
 # --------------------------------------------------------------------------- the table
 class Index(launch_table.Index):
     """The swa_decode table's index. A box's hit is ``(launch,)``: the entry's tile as
     the one shared :class:`Launch`."""
 
 
-def _hit(e: Entry[Tile]) -> tuple:
-    t = e.config
-    return (Launch(t.tokens_per_program, t.cols_per_program, t.num_warps, f"table:{e.id}"),)
-
-
-SCHEMA: Schema[Tile] = launch_table.tile_schema(
+TILES = launch_table.TileLaunches(
     NAME, FIELDS, tile_type=Tile, tile_fields=TILE_FIELDS, tile_problems=tile_problems,
-    index_type=Index, hit=_hit,
+    launch_type=Launch, baseline_tile=BASELINE_TILE, index_type=Index, label=f"a {NAME}",
     unknown_hint=lambda field: " (an entry sets only its tile; the window, the row stride "
                                "and what is written come from the step)",
 )
-FILES = launch_table.TableFiles(SCHEMA, f"tables/{NAME}.toml")
+_BASELINE: Launch = TILES.baseline
+SCHEMA: Schema[Tile] = TILES.schema
+FILES = TILES.files
 SHIPPED = FILES.shipped
 make_table = FILES.make_table
 load_table = FILES.load_table
 loads_table = FILES.loads_table
 shipped_table = FILES.shipped_table
 render_table = FILES.render_table
-
-
-def _index(table: object) -> Index:
-    return launch_table.index_of(table, Index, f"a {NAME}")  # type: ignore[return-value]
+_index = TILES.index
 
 
 # --------------------------------------------------------------------------- resolving
@@ -219,11 +190,7 @@ def compile_key_sources(table: Table[Tile] | None, arch: str
     superset is safe for warm-up (one binary too many costs start-up time, never
     correctness).
     """
-    table = shipped_table() if table is None else table
-    _index(table)
-    arch_major(arch)
-    return launch_table.deployment_sources(  # type: ignore[return-value]
-        [_BASELINE.compile_key()], table.entries, (("arch", arch),), _tile_key)
+    return TILES.compile_key_sources(table, arch)  # type: ignore[return-value]
 
 
 def compile_keys(table: Table[Tile] | None, arch: str) -> frozenset[CompileKey]:
@@ -242,14 +209,10 @@ KERNEL = KernelSpec(
     name=NAME,
     summary="the SWA builder's decode-only step (vLLM 0.33.0 "
             "DeepseekSparseSWAMetadataBuilder.build, no prefill, no speculative decoding)",
-    **FILES.spec_fields(),
+    **TILES.spec_fields(),
     key_type=Key,
-    launch_type=Launch,
-    tile_type=Tile,
-    baseline_tile=BASELINE_TILE,
     baseline=baseline,
     resolve=resolve,
-    compile_key_fields=TILE_FIELDS,
     compile_key_sources=compile_key_sources,
     deployment=(),
     deployment_of=deployment_of,
