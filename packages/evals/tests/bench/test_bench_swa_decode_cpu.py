@@ -55,7 +55,11 @@ def test_the_anchor_steps_are_the_ones_the_gates_quote() -> None:
         "decode-T1-ctx128K", "decode-T8-ctx128K", "decode-T64-ctx128K", "decode-T256-ctx128K",
         "decode-T512-ctx128K", "decode-T64-ctx4K", "decode-T64-ctx1024K",
         "padded-5of8-ctx128K", "padded-60of64-ctx128K", "padded-500of512-ctx128K",
-        "padded-0of8-ctx128K"]
+        "padded-0of8-ctx128K", "mixed-T8+4096-ctx1024K", "mixed-T64+2048-ctx128K",
+        "mixed-T256+4096-ctx128K"]
+    mixed = h.make_call(h.Shape(8, 1 << 20, prefill=4096), CPU)
+    assert mixed.num_tokens == 8 and mixed.slot_mapping.shape == (8 + 4096,)
+    assert mixed.is_valid_token.shape[0] >= 8 + 4096
     call = h.make_call(h.Shape(5, padded=8), CPU)
     assert call.num_tokens == 8 and int((call.slot_mapping < 0).sum()) == 3
     assert int((h.make_call(h.Shape(0, padded=8), CPU).slot_mapping >= 0).sum()) == 0
@@ -141,6 +145,11 @@ def test_steps_for_a_point_hold_its_tokens_and_padding() -> None:
     assert 0 < sum(replays) < 40
     with pytest.raises(ValueError, match="padding"):
         h.padding_tokens(4, 3)
+    plain = h.call_of({"num_tokens": 9, "padding": 1}, CPU, 6)
+    mixed = h.call_of({"num_tokens": 9, "padding": 1, "mixed": 1}, CPU, 6)
+    assert mixed.num_tokens == 9 and mixed.slot_mapping.shape[0] > 9
+    assert torch.equal(mixed.slot_mapping[:9], plain.slot_mapping)
+    assert torch.equal(mixed.seq_lens, plain.seq_lens)
 
 
 def test_vllms_rows_kernel_copy_is_found_in_order_and_extracted_when_missing(
@@ -268,14 +277,15 @@ def test_the_worse_clock_decides_a_ratio() -> None:
     assert tune.ratio((10.0, 4.0), (2.0, 5.0)) == 0.8
 
 
-def test_the_gates_time_every_padding_kind_inside_every_entry() -> None:
+def test_the_gates_time_every_padding_kind_and_mixed_steps_inside_every_entry() -> None:
     from dsv4_evals.bench.swa_decode import test_bench_swa_decode as bench
 
     entry = tune.entry("sm90", {"num_tokens": (2, 64)}, (8, 128, 4), 1.7, 12, MACHINE, "cmd")
     box = bench._box(entry)
-    assert box == {"num_tokens": (2, 64), "padding": tune.PADDING}
-    kinds = {p["padding"] for _, p in probes.keys_in_boxes([box], 60, 1)}
-    assert kinds == set(h.PADDING_KINDS)
+    assert box == {"num_tokens": (2, 64), "padding": tune.PADDING, "mixed": (0, 1)}
+    keys = [p for _, p in probes.keys_in_boxes([box], 60, 1)]
+    assert {p["padding"] for p in keys} == set(h.PADDING_KINDS)
+    assert {p["mixed"] for p in keys} == {0, 1}
     assert gates.MIN_RATIO <= 1.0 and gates.EQUALITY_STEPS >= 100
 
 

@@ -96,6 +96,7 @@ def make_step(
     buffer_rows: int = 8192,
     device: torch.device | str = "cpu",
     replay: bool = False,
+    prefill_slots: int = 0,
 ) -> SWADecodeCall:
     """A seeded decode step: one token per context (the request's ``seq_lens``, the
     token at position ``context - 1``), then ``pad_tokens`` padding tokens.
@@ -105,6 +106,10 @@ def make_step(
     ``[0, context + 2]`` (so windows shorten, vanish, or get negative lengths, which
     vLLM stores as they are); otherwise ``replay_start`` is zeros, as the builder's
     ``no_replay_start``.
+
+    ``prefill_slots`` appends that many prefill tokens' slots after the decode tokens, as
+    a mixed step's slot mapping holds them (random slots, one in five -1): they only
+    widen the validity mask, so ``is_valid_token`` holds at least all of them.
     """
     if any(c < 1 for c in contexts):
         raise ValueError("every real request needs a context >= 1")
@@ -137,7 +142,14 @@ def make_step(
     rows = torch.arange(real)
     slots = (table[rows, (ctx - 1) // block_size] * block_size + (ctx - 1) % block_size
              if real else torch.zeros(0, dtype=torch.int64))
-    slot_mapping = torch.cat([slots, torch.full((pad_tokens,), -1, dtype=torch.int64)])
+    if prefill_slots < 0:
+        raise ValueError("prefill_slots must be >= 0")
+    prefill = torch.zeros(0, dtype=torch.int64)
+    if prefill_slots:  # drawn only then: a decode step's seed gives the same step as before
+        prefill = torch.randint(0, 1 << 30, (prefill_slots,), generator=g)
+        prefill[torch.rand(prefill_slots, generator=g) < 0.2] = -1
+    slot_mapping = torch.cat([slots, torch.full((pad_tokens,), -1, dtype=torch.int64),
+                              prefill])
     # vLLM's map: token t of a one-token request t; tokens past the mapped ones map to 0.
     t2r = torch.cat([torch.arange(real), torch.zeros(pad_tokens, dtype=torch.int64)])
     replay_start = torch.zeros(num_reqs + 1, dtype=torch.int64)
@@ -148,7 +160,7 @@ def make_step(
     buffer = max(buffer_rows, num_tokens)
     indices = poison(g, (buffer, 1, window), torch.int32)
     lens = poison(g, (buffer,), torch.int32)
-    valid = poison(g, (buffer,), torch.bool)
+    valid = poison(g, (max(buffer, num_tokens + prefill_slots),), torch.bool)
     dev = torch.device(device)
 
     def i32(values: object) -> torch.Tensor:
@@ -162,7 +174,8 @@ def make_step(
         num_tokens=num_tokens, num_reqs=num_reqs,
         query_start_loc_cpu=torch.tensor(qsl + qsl_tail, dtype=torch.int32),
         label=f"t{num_tokens}-pad{pad_tokens}-w{window}-bs{block_size}"
-              f"{'-replay' if replay else ''}")
+              f"{'-replay' if replay else ''}"
+              f"{f'-prefill{prefill_slots}' if prefill_slots else ''}")
 
 
 def random_step(seed: int, device: torch.device | str = "cpu", *,

@@ -75,14 +75,19 @@ bench's clock, shared so both benches time the host alike)."""
 @dataclass(frozen=True)
 class Shape:
     """One anchor step: ``real`` decode requests at ``context``, padded to ``padded``
-    tokens (``real`` 0: a step of padding only)."""
+    tokens (``real`` 0: a step of padding only), followed by ``prefill`` prefill tokens
+    (a mixed step: the decode half is what this path builds, the prefill slots widen
+    the validity mask)."""
 
     real: int
     context: int = 1 << 17
     padded: int | None = None
+    prefill: int = 0
 
     @property
     def name(self) -> str:
+        if self.prefill:
+            return f"mixed-T{self.real}+{self.prefill}"
         if self.padded is not None:
             return f"padded-{self.real}of{self.padded}"
         return f"decode-T{self.real}"
@@ -98,10 +103,13 @@ class Shape:
 
 def anchor_shapes() -> list[Shape]:
     """The steps the gates quote: decode T = 1..512 at 128K, T = 64 at 4K and 1M,
-    CUDA-graph padded ones and a step of padding only."""
+    CUDA-graph padded ones, a step of padding only and the decode halves of mixed steps
+    (8 at 1M + 4,096 prefill tokens, 64 + 2,048, 256 + 4,096)."""
     return ([Shape(t) for t in (1, 8, 64, 256, 512)] + [Shape(64, 4096), Shape(64, 1 << 20)]
             + [Shape(5, padded=8), Shape(60, padded=64), Shape(500, padded=512),
-               Shape(0, padded=8)])
+               Shape(0, padded=8)]
+            + [Shape(8, 1 << 20, prefill=4096), Shape(64, prefill=2048),
+               Shape(256, prefill=4096)])
 
 
 def make_call(shape: Shape, device: torch.device, seed: int = 0) -> SWADecodeCall:
@@ -109,7 +117,8 @@ def make_call(shape: Shape, device: torch.device, seed: int = 0) -> SWADecodeCal
     low = max(shape.context - shape.context // 8, 1)
     contexts = torch.randint(low, shape.context + 1, (shape.real,), generator=g).tolist()
     return make_step(seed, contexts, pad_tokens=shape.num_tokens - shape.real, window=WINDOW,
-                     block_size=BLOCK_SIZE, buffer_rows=BUFFER, device=device)
+                     block_size=BLOCK_SIZE, buffer_rows=BUFFER, device=device,
+                     prefill_slots=shape.prefill)
 
 
 PADDING_KINDS = (0, 1, 2)
@@ -127,7 +136,9 @@ def call_of(point: dict[str, int], device: torch.device, seed: int) -> SWADecode
     """A seeded step for a probe point: ``num_tokens`` tokens, the last
     :func:`padding_tokens` of them CUDA-graph padding (``padding``, default none), the
     real ones one-token requests at contexts up to 300, 4K, 128K or 1M (the seed picks;
-    at most :data:`KV_TOKENS` in all), a replaying step for one seed in four."""
+    at most :data:`KV_TOKENS` in all), a replaying step for one seed in four; ``mixed`` 1
+    makes it a mixed step's decode half (1 to ``BUFFER - num_tokens`` prefill slots
+    after the decode tokens, drawn from the seed)."""
     t = point["num_tokens"]
     pads = padding_tokens(t, point.get("padding", 0))
     real = t - pads
@@ -136,8 +147,12 @@ def call_of(point: dict[str, int], device: torch.device, seed: int) -> SWADecode
     top = max(min(top, KV_TOKENS // max(real, 1)), 2)
     contexts = torch.randint(1, top + 1, (real,), generator=g).tolist()
     replay = int(torch.randint(0, 4, (1,), generator=g)) == 0
+    prefill = 0
+    if point.get("mixed", 0) and t < BUFFER:
+        prefill = int(torch.randint(1, BUFFER - t + 1, (1,), generator=g))
     return make_step(seed, contexts, pad_tokens=pads, window=WINDOW, block_size=BLOCK_SIZE,
-                     buffer_rows=max(BUFFER, t), device=device, replay=replay)
+                     buffer_rows=max(BUFFER, t), device=device, replay=replay,
+                     prefill_slots=prefill)
 
 
 def key_of(call: SWADecodeCall, arch: str) -> policy.Key:

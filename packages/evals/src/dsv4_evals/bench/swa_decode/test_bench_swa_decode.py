@@ -118,7 +118,7 @@ def _box(entry: policy.Entry) -> dict[str, tuple[int, int]]:
     else:
         tokens = (min(cond), max(cond))  # type: ignore[type-var]
     return {"num_tokens": (max(tokens[0], 1), min(tokens[1], h.BUFFER)),
-            "padding": (min(h.PADDING_KINDS), max(h.PADDING_KINDS))}
+            "padding": (min(h.PADDING_KINDS), max(h.PADDING_KINDS)), "mixed": (0, 1)}
 
 
 def test_random_keys_inside_entries_are_never_slower(device, arch, rows, key_seed,
@@ -158,7 +158,7 @@ def test_generated_steps_are_identical(device, arch, rows, key_seed) -> None:
     checked = []
     for i in range(gates.EQUALITY_STEPS):
         point = {"num_tokens": probes.draw(1, h.BUFFER, rng),
-                 "padding": rng.choice(h.PADDING_KINDS)}
+                 "padding": rng.choice(h.PADDING_KINDS), "mixed": int(rng.random() < 0.25)}
         call = h.call_of(point, device, key_seed * 1000 + i)
         for tile in tiles:
             found = h.differences(call, tile, rows)
