@@ -26,17 +26,15 @@ dsv4_evals.bench.combine_topk_swa.upstream``) or ``.vllm-sources/`` at the root.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import time
 from pathlib import Path
 
 import torch
-import triton
 from dsv4_kernels.combine_topk_swa import launch
 from dsv4_policy.kernels import combine_topk_swa as policy
 
-from dsv4_evals.bench import paths, probes, tables
+from dsv4_evals.bench import paths, probes, tables, tuning
 from dsv4_evals.bench.combine_topk_swa import harness as h
 from dsv4_evals.bench.combine_topk_swa import upstream
 
@@ -131,12 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("dsv4_evals.bench.combine_topk_swa.tune needs a CUDA GPU (and "
                          "TRITON_INTERPRET unset)")
     device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = f"sm{major}{minor}"
-    machine = {"gpu": torch.cuda.get_device_name(device),
-               "date": datetime.date.today().isoformat(),
-               "versions": f"torch {torch.__version__}, triton {triton.__version__}, "
-                           f"CUDA {torch.version.cuda}"}
+    arch, machine = tuning.this_gpu(device)
     started = time.perf_counter()
     built = launch.warmup(CANDIDATES, device)
     print(f"warm-up: {built} binaries in {time.perf_counter() - started:.1f} s", flush=True)

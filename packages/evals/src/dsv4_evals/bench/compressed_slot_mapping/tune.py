@@ -34,7 +34,6 @@ fast, each box first times every candidate at two of its probes and keeps the be
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import random
@@ -43,7 +42,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import triton
 from dsv4_kernels.compressed_slot_mapping import launch
 from dsv4_kernels.compressed_slot_mapping.testing import (
     POISON,
@@ -52,7 +50,7 @@ from dsv4_kernels.compressed_slot_mapping.testing import (
 )
 from dsv4_policy.kernels import compressed_slot_mapping as policy
 
-from dsv4_evals.bench import paths, timing
+from dsv4_evals.bench import paths, timing, tuning
 from dsv4_evals.bench.compressed_slot_mapping import upstream as upstream_source
 
 TABLE = paths.table("compressed_slot_mapping")
@@ -367,14 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("dsv4_evals.bench.compressed_slot_mapping.tune needs a CUDA GPU (and "
                          "TRITON_INTERPRET unset)")
     device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = f"sm{major}{minor}"
-    machine = {
-        "gpu": torch.cuda.get_device_name(device),
-        "date": datetime.date.today().isoformat(),
-        "versions": f"torch {torch.__version__}, triton {triton.__version__}, "
-                    f"CUDA {torch.version.cuda}",
-    }
+    arch, machine = tuning.this_gpu(device)
     started = time.perf_counter()
     upstream = upstream_source.load()
     print(f"vLLM's kernel from {upstream.record['origin']}; warming "

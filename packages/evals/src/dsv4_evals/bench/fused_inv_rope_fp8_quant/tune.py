@@ -41,19 +41,17 @@ sources (see :mod:`.upstream`).
 from __future__ import annotations
 
 import argparse
-import datetime
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import triton
 from dsv4_kernels.fused_inv_rope_fp8_quant import launch
 from dsv4_policy import launch_table
 from dsv4_policy.kernels import fused_inv_rope_fp8_quant as policy
 
-from dsv4_evals.bench import paths, probes, tables, timing
+from dsv4_evals.bench import paths, probes, tables, timing, tuning
 from dsv4_evals.bench.fused_inv_rope_fp8_quant import gates
 from dsv4_evals.bench.fused_inv_rope_fp8_quant import harness as h
 from dsv4_evals.bench.fused_inv_rope_fp8_quant import upstream as fir_upstream
@@ -237,12 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(and TRITON_INTERPRET unset)")
     started = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = f"sm{major}{minor}"
-    machine = {"gpu": torch.cuda.get_device_name(device),
-               "date": datetime.date.today().isoformat(),
-               "versions": f"torch {torch.__version__}, triton {triton.__version__}, "
-                           f"CUDA {torch.version.cuda}"}
+    arch, machine = tuning.this_gpu(device)
     up = fir_upstream.load_kernel()
     pdl = launch.default_launch_pdl(device)
     keys = [launch.CompileKey(*tile, h.HEADS_PER_GROUP, h.NOPE_DIM, h.ROPE_DIM, h.GROUP,

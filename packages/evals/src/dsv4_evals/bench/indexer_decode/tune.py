@@ -28,22 +28,15 @@ tokens once; a box still lost gets no entry (vLLM's build runs there).
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import math
-import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import torch
-import triton
 from dsv4_kernels.indexer_decode import launch
 from dsv4_policy.kernels import indexer_decode as policy
 
-from dsv4_evals.bench import paths, probes, tables, timing
+from dsv4_evals.bench import probes, tuning
 from dsv4_evals.bench.indexer_decode import harness as h
 
-TABLE = paths.table("indexer_decode")
 CANDIDATES: list[tuple[int, int]] = [
     (16, 1), (32, 1), (64, 1), (128, 1), (128, 2), (256, 2), (256, 4), (512, 4), (1024, 4),
     (2048, 8), (4096, 16), (8192, 16),
@@ -62,68 +55,32 @@ HEADER = ("Indexer decode metadata launch table. Entries are written by the tune
           "over query_start_loc) beat vLLM 0.33.0's decode-path ops in both host and GPU "
           "time at every probe of the entry's box, twice; a key no entry matches gets "
           "vLLM's own build unchanged.")
+REFERENCE = (1024, 4)
+"""The tile the first ladder times against vLLM."""
+ratio = tuning.ratio
 
 
-class Measure:
+class Measure(tuning.Measure):
     """``measure(point, tile) -> (host µs, GPU µs)``, each step made once per point (a
     ``variant`` makes another step of the same key, with another seed) and checked
     against vLLM's side before a tile is timed there."""
 
     def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.calls: dict[tuple, object] = {}
-        self.checked: set[tuple] = set()
-        self.count = 0
+        super().__init__(device, h.BASELINE, h.call_of, h.host_us)
 
-    def call(self, point: dict[str, int]) -> object:
-        key = probes.key_of(point)
-        if key not in self.calls:
-            self.calls[key] = h.call_of(point, self.device, len(self.calls))
-        return self.calls[key]
+    def runner(self, call: object, tile: object) -> Callable[[], object]:
+        return h.runner(call, tile)  # type: ignore[arg-type]
 
-    def __call__(self, point: dict[str, int], tile: object) -> tuple[float, float]:
-        call = self.call(point)
-        key = (probes.key_of(point), tile)
-        if tile != h.BASELINE and key not in self.checked:
-            if not h.outputs_equal(call, tile):  # type: ignore[arg-type]
-                raise SystemExit(f"tile {tile}: output differs from vLLM's at {point}")
-            self.checked.add(key)
-        self.count += 1
-        run = h.runner(call, tile)  # type: ignore[arg-type]
-        return (h.host_us(run, self.device, calls=100, rounds=5),
-                timing.graph_us(run, 10, reps=11))
+    def problem(self, point: dict[str, int], call: object, tile: object) -> str | None:
+        if h.outputs_equal(call, tile):  # type: ignore[arg-type]
+            return None
+        return f"tile {tile}: output differs from vLLM's at {point}"
 
 
-def ratio(base: tuple[float, float], ours: tuple[float, float]) -> float:
-    """The worse of the host and GPU ratios (vLLM / dsv4)."""
-    return min(base[0] / ours[0], base[1] / ours[1])
-
-
-def choose(points: list[dict[str, int]], measure: Measure, margin: float, keep: int = 3
+def choose(points: list[dict[str, int]], measure: tuning.Measure, margin: float, keep: int = 3
            ) -> tuple[tuple[int, int] | None, float, dict[str, float]]:
     """The tile with the best worst ratio over ``points``, confirmed by a second pass."""
-    base = [measure(p, h.BASELINE) for p in points]
-    quick = {t: min(ratio(b, measure(p, t)) for p, b in zip(points[:2], base[:2], strict=True))
-             for t in CANDIDATES}
-    kept = sorted(CANDIDATES, key=lambda t: -quick[t])[:keep]
-    worst: dict[tuple[int, int], float] = {}
-    for tile in kept:
-        found = math.inf
-        for p, b in zip(points, base, strict=True):
-            found = min(found, ratio(b, measure(p, tile)))
-            if found <= margin:
-                break
-        worst[tile] = found
-    screened = {f"{t[0]}x{t[1]}": r for t, r in worst.items()}
-    for tile in sorted((t for t in worst if worst[t] > margin), key=lambda t: -worst[t]):
-        again = math.inf
-        for p in points:
-            again = min(again, ratio(measure(p, h.BASELINE), measure(p, tile)))
-            if again <= margin:
-                break
-        if again > margin:
-            return tile, min(worst[tile], again), screened
-    return None, max(worst.values(), default=-math.inf), screened
+    return tuning.choose(points, measure, CANDIDATES, h.BASELINE, margin, keep)
 
 
 def box_points(box: dict[str, tuple[int, int]], seed: int, random_points: int
@@ -132,13 +89,7 @@ def box_points(box: dict[str, tuple[int, int]], seed: int, random_points: int
     to :data:`MIN_PROBES` keys where it holds that many; where it holds fewer (the
     one-token box), its corners and seeded random keys each with a ``variant``, at
     least :data:`MIN_PROBES` steps in all."""
-    found = [p.point for p in probes.box_probes(box, seed=seed, random_points=random_points)]
-    extra = seed * 7919
-    while len(found) < MIN_PROBES and extra < seed * 7919 + 100:
-        extra += 1
-        for p in probes.box_probes(box, seed=extra, random_points=MIN_PROBES):
-            if p.point not in found and len(found) < MIN_PROBES:
-                found.append(p.point)
+    found = tuning.topped_up(box, seed, random_points, MIN_PROBES)
     if len(found) < MIN_PROBES:
         varied = {**box, "variant": (0, VARIANTS - 1)}
         corners = len(probes.corners(varied, box))
@@ -146,28 +97,6 @@ def box_points(box: dict[str, tuple[int, int]], seed: int, random_points: int
             varied, seed=seed, random_points=max(random_points, MIN_PROBES - corners),
             corner_fields=box)]
     return found
-
-
-def tune_box(box: dict[str, tuple[int, int]], measure: Measure, seed: int, random_points: int,
-             margin: float, depth: int, log: list[dict]
-             ) -> list[tuple[dict[str, tuple[int, int]], tuple[int, int], float, int]]:
-    points = box_points(box, seed, random_points)
-    started = time.perf_counter()
-    tile, worst, screened = choose(points, measure, margin)
-    print(f"box {box}: {tile} worst {worst:.3f}x over {len(points)} probes "
-          f"({time.perf_counter() - started:.1f} s)", flush=True)
-    log.append({"box": {k: list(v) for k, v in box.items()}, "tile": tile,
-                "worst_ratio": worst, "probes": len(points), "screened": screened,
-                "points": points})
-    if tile is not None:
-        return [(box, tile, worst, len(points))]
-    if depth <= 0 or box["num_tokens"][0] >= box["num_tokens"][1]:
-        return []
-    low, high = probes.split_box(box, "num_tokens")
-    for half in (low, high):
-        half["num_reqs"] = half["num_tokens"]
-    return (tune_box(low, measure, seed * 2 + 1, random_points, margin, depth - 1, log)
-            + tune_box(high, measure, seed * 2 + 2, random_points, margin, depth - 1, log))
 
 
 def entry(arch: str, box: dict[str, tuple[int, int]], tile: tuple[int, int], worst: float,
@@ -183,87 +112,29 @@ def entry(arch: str, box: dict[str, tuple[int, int]], tile: tuple[int, int], wor
     )
 
 
-def ladder(measure: Measure, table: policy.Table | None, arch: str) -> list[dict[str, object]]:
-    rows = []
+def anchors(device: torch.device) -> Iterator[tuple[str, dict[str, int], object]]:
+    """The ladder's steps: each anchor shape, at its padded (else real) request count."""
     for shape in h.anchor_shapes():
-        point = {"num_reqs": shape.padded or shape.real, "num_tokens": shape.padded or shape.real}
-        call = h.make_call(shape, measure.device)
-        measure.calls[probes.key_of(point)] = call
-        base = measure(point, h.BASELINE)
-        tile = (1024, 4) if table is None else h.resolved_tile(call, arch, table)
-        row: dict[str, object] = {"step": shape.label, "vllm_host_us": base[0],
-                                  "vllm_gpu_us": base[1], "tile": str(tile)}
-        if tile != h.BASELINE:
-            ours = measure(point, tile)
-            row.update(ours_host_us=ours[0], ours_gpu_us=ours[1],
-                       host_speedup=base[0] / ours[0], gpu_speedup=base[1] / ours[1])
-        print(f"{shape.label:>24} vLLM host {base[0]:7.2f} GPU {base[1]:6.2f} µs"
-              + (f"  {tile}: host {row['host_speedup']:.2f}x GPU {row['gpu_speedup']:.2f}x"
-                 if "host_speedup" in row else "  baseline"), flush=True)
-        del measure.calls[probes.key_of(point)]
-        rows.append(row)
-    return rows
+        size = shape.padded or shape.real
+        yield shape.label, {"num_reqs": size, "num_tokens": size}, h.make_call(shape, device)
+
+
+def prepare(device: torch.device) -> tuple[Measure, dict[str, object]]:
+    launch.warmup(CANDIDATES, device)
+    return Measure(device), {}
+
+
+TUNER = tuning.Tuner(
+    kernel="indexer_decode", description=__doc__.split("\n\n")[0], candidates=CANDIDATES,
+    baseline=h.BASELINE, boxes=[{"num_tokens": t, "num_reqs": t} for t in TOKEN_BOXES],
+    box_points=box_points, prepare=prepare, anchors=anchors, reference=REFERENCE,
+    reference_label="x".join(map(str, REFERENCE)), resolve=h.resolved_tile, entry=entry,
+    render=policy.render_table, load=policy.loads_table, header=HEADER,
+    interpreting=launch.interpreting, tied=("num_reqs",))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path,
-                        default=paths.artifacts() / "tune-indexer_decode.json",
-                        help="where to write every measurement and the table (default: "
-                             "artifacts/tune-indexer_decode.json)")
-    parser.add_argument("--write", action="store_true",
-                        help="replace the shipped indexer_decode.toml with the tuned table")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--random-points", type=int, default=8)
-    parser.add_argument("--margin", type=float, default=1.02,
-                        help="the ratio over vLLM a tile must exceed at every probe, on "
-                             "both clocks")
-    parser.add_argument("--split-depth", type=int, default=1)
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available() or launch.interpreting():
-        raise SystemExit("dsv4_evals.bench.indexer_decode.tune needs a CUDA GPU (and "
-                         "TRITON_INTERPRET unset)")
-    device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = f"sm{major}{minor}"
-    machine = {
-        "gpu": torch.cuda.get_device_name(device),
-        "date": datetime.date.today().isoformat(),
-        "versions": f"torch {torch.__version__}, triton {triton.__version__}, "
-                    f"CUDA {torch.version.cuda}",
-    }
-    started = time.perf_counter()
-    launch.warmup(CANDIDATES, device)
-    measure = Measure(device)
-    print("ladder (host and GPU µs per step, vLLM 0.33.0 against dsv4 at 1024x4):", flush=True)
-    ladder_rows = ladder(measure, None, arch)
-    log: list[dict] = []
-    accepted = []
-    for i, tokens in enumerate(TOKEN_BOXES):
-        box = {"num_tokens": tokens, "num_reqs": tokens}
-        accepted += tune_box(box, measure, args.seed * 100 + i, args.random_points,
-                             args.margin, args.split_depth, log)
-    command = "python -m dsv4_evals.bench.indexer_decode.tune --write"
-    kept = tables.other_arch_entries("indexer_decode", arch)
-    entries = kept + [entry(arch, box, tile, worst, n, machine, command)
-                      for box, tile, worst, n in accepted]
-    text = policy.render_table(entries, HEADER)
-    table = policy.loads_table(text, "<tuned>")
-    print("ladder with the tuned table:", flush=True)
-    final = ladder(measure, table, arch)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({
-        "arch": arch, **machine, "seed": args.seed, "margin": args.margin,
-        "candidates": [list(t) for t in CANDIDATES], "seconds": time.perf_counter() - started,
-        "measurements": measure.count, "ladder": ladder_rows, "ladder_with_table": final,
-        "boxes": log, "table": text}, indent=2, default=str) + "\n")
-    print(text)
-    if args.write:
-        TABLE.write_text(text)
-        print(f"wrote {TABLE} ({len(entries)} entries)")
-    print(f"done in {time.perf_counter() - started:.1f} s ({measure.count} timings); "
-          f"measurements in {args.json}")
-    return 0
+    return tuning.main(TUNER, argv)
 
 
 if __name__ == "__main__":

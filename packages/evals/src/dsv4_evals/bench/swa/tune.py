@@ -19,16 +19,14 @@ entry, so those calls keep vLLM's launch. Each entry records ``probes`` and
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import time
 from pathlib import Path
 
 import torch
-import triton
 from dsv4_policy.kernels import swa as policy
 
-from dsv4_evals.bench import paths, probes, tables
+from dsv4_evals.bench import paths, probes, tables, tuning
 from dsv4_evals.bench.swa import harness as h
 from dsv4_evals.bench.swa import upstream as swa_upstream
 
@@ -98,14 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("dsv4_evals.bench.swa.tune needs a CUDA GPU")
     device = torch.device("cuda", torch.cuda.current_device())
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = f"sm{major}{minor}"
-    machine = {
-        "gpu": torch.cuda.get_device_name(device),
-        "date": datetime.date.today().isoformat(),
-        "versions": f"torch {torch.__version__}, triton {triton.__version__}, "
-                    f"CUDA {torch.version.cuda}",
-    }
+    arch, machine = tuning.this_gpu(device)
     measure = h.Measure(device, swa_upstream.load_kernel(), seed=args.seed)
     started = time.perf_counter()
     log: list[dict] = []
