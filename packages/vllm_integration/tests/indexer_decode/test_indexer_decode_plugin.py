@@ -15,21 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import logging
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import builder_method_checks as checks
 import indexer_steps as steps
 import pytest
 import torch
+from builder_method_checks import Sides, expect_hit
 from dsv4_kernels.compressed_slot_mapping import reference as csm_reference
 from dsv4_policy.kernels import indexer_decode as policy
 from dsv4_vllm import plugin
-from dsv4_vllm.hook import is_hooked, mark
 from dsv4_vllm.kernels import indexer_decode as target_module
-from dsv4_vllm.kernels.indexer_decode import TARGET, IndexerDecodeDispatch
+from dsv4_vllm.kernels.indexer_decode import IndexerDecodeDispatch
 
 TABLE = policy.loads_table("""schema = 1
 
@@ -47,37 +47,15 @@ provenance = { gpu = "test", date = "2026-12-02", probes = 12, worst_speedup = "
 """)
 
 
-@dataclasses.dataclass
-class Sides:
-    module: Any
-    dispatch: IndexerDecodeDispatch
-    vllm_build: Any
-    warmed: list[Any]
-
-    def build(self, side: str, builder: Any, cam: Any, *args: Any, **kwargs: Any) -> Any:
-        """``builder.build(0, cam)`` with the plugin ``side`` ("off": vLLM's method)."""
-        cls = self.module.DeepseekV32IndexerMetadataBuilder
-        cls.build = self.dispatch if side == "on" else self.vllm_build
-        try:
-            return builder.build(*(args or (0, cam)), **kwargs)
-        finally:
-            cls.build = self.dispatch
-
-
 @pytest.fixture
 def sides(pristine_vllm: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Sides]:
     module = importlib.import_module(steps.MODULE)
-    vllm_build = module.DeepseekV32IndexerMetadataBuilder.__dict__["build"]
-    assert plugin.register({}) is True
-    dispatch = plugin.active("indexer_decode")
-    assert isinstance(dispatch, IndexerDecodeDispatch)
-    warmed: list[Any] = []
-    dispatch.configure(table=TABLE, arch_of=lambda device: "sm90",
-                       warm=lambda *a, table=None: warmed.append(a) or 0)
+    cls = module.DeepseekV32IndexerMetadataBuilder
+    started = checks.registered("indexer_decode", IndexerDecodeDispatch, cls, TABLE)
     # vLLM's Triton function cannot run in this process: the reference serves both sides.
     monkeypatch.setattr(module, "get_compressed_slot_mapping",
                         csm_reference.get_compressed_slot_mapping)
-    yield Sides(module, dispatch, vllm_build, warmed)
+    yield Sides(module, cls, *started)
     plugin.unregister()
 
 
@@ -101,15 +79,13 @@ def compare(sides: Sides, cam: Any, *, hit: bool, builders: tuple[Any, Any] | No
                            steps.make_builder(sides.module, **make))
     steps.poison(off)
     steps.poison(on)
-    hits, misses = sides.dispatch.hits, sides.dispatch.misses
-    want = sides.build("off", off, cam)
-    got = sides.build("on", on, cam)
+    with expect_hit(sides, hit):
+        want = sides.build("off", off, cam)
+        got = sides.build("on", on, cam)
     assert steps.differences(want, got, "metadata") == []
     assert steps.differences(steps.buffers(off), steps.buffers(on), "builder") == []
     if want.decode is not None:
         assert _views_of(off, want) == _views_of(on, got)
-    assert sides.dispatch.hits - hits == int(hit), "hit expected" if hit else "miss expected"
-    assert sides.dispatch.misses - misses == int(not hit)
     return want, got
 
 
@@ -157,10 +133,7 @@ def test_padding_tokens_past_the_requests_and_requests_without_tokens(sides: Sid
 @pytest.mark.parametrize("seed", range(8))
 def test_generated_decode_batches(sides: Sides, seed: int) -> None:
     gen = torch.Generator().manual_seed(1000 + seed)
-    pick = lambda n: int(torch.randint(0, n, (1,), generator=gen))  # noqa: E731
-    real = pick(48)
-    padded = [None, min(48, real + pick(10) + 1)][pick(2)] if real else 1 + pick(47)
-    tokens = [None, None, (padded or real) + pick(3)][pick(3)]
+    pick, real, padded, tokens = checks.generated_sizes(gen)
     if tokens is not None and tokens > 96:
         tokens = 96
     compare(sides, steps.step(gen, real, padded=padded, num_tokens=tokens,
@@ -173,7 +146,7 @@ def test_the_capture_path_and_every_argument_form_are_taken_over(sides: Sides) -
     off, on = steps.make_builder(sides.module), steps.make_builder(sides.module)
     want = sides.build("off", off, cam)
     before = sides.dispatch.hits
-    sides.module.DeepseekV32IndexerMetadataBuilder.build = sides.dispatch
+    sides.switch("on")
     for got in (on.build_for_cudagraph_capture(cam),
                 on.build(common_prefix_len=0, common_attn_metadata=cam),
                 on.build(0, cam, True), on.build(0, cam, fast_build=True),
@@ -183,38 +156,13 @@ def test_the_capture_path_and_every_argument_form_are_taken_over(sides: Sides) -
 
 
 # --------------------------------------------------------------------------- misses
-class Spy:
-    """vLLM's build as the stand-in's ``original``: records each call (vLLM's own Triton
-    kernels, which prefill and flattened steps launch, cannot run in this process)."""
-
-    def __init__(self, sides: Sides) -> None:
-        self.sides = sides
-        self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-
-    def __enter__(self) -> Spy:
-        self.sides.dispatch.original = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sides.dispatch.original = self.sides.vllm_build
-
-    def __call__(self, builder: Any, *args: Any, **kwargs: Any) -> str:
-        self.calls.append((builder, args, kwargs))
-        return "vllm's build"
-
-
 def assert_vllms(sides: Sides, builder: Any, cam: Any) -> None:
-    """The stand-in hands the build to vLLM's with the very same arguments, writing nothing."""
+    """The stand-in hands the build to vLLM's with the very same arguments, writing nothing
+    (vLLM's own Triton kernels, which prefill and flattened steps launch, cannot run in
+    this process)."""
     steps.poison(builder)
-    before = steps.buffers(builder)
-    hits = sides.dispatch.hits
-    with Spy(sides) as spy:
-        assert sides.build("on", builder, cam) == "vllm's build"
-        assert sides.build("on", builder, cam, 0, cam, fast_build=True) == "vllm's build"
-    assert spy.calls == [(builder, (0, cam), {}), (builder, (0, cam), {"fast_build": True})]
-    assert all(a is b for a, b in zip(spy.calls[0][1], (0, cam), strict=True))
-    assert sides.dispatch.hits == hits
-    assert steps.differences(before, steps.buffers(builder)) == []
+    checks.assert_handed_over(sides, steps, builder, cam,
+                              [((0, cam), {}), ((0, cam), {"fast_build": True})])
 
 
 def test_steps_with_prefills_or_longer_queries_are_vllms(sides: Sides) -> None:
@@ -246,12 +194,7 @@ def test_keys_the_table_does_not_cover_are_vllms(sides: Sides) -> None:
     cam = steps.step(gen, 3)
     sides.dispatch.configure(table=policy.make_table([]))
     compare(sides, cam, hit=False)
-    sides.dispatch.configure(table=TABLE, arch_of=lambda device: None)
-    compare(sides, cam, hit=False)
-    sides.dispatch.configure(arch_of=lambda device: "sm80")
-    compare(sides, cam, hit=False)
-    sides.dispatch.configure(arch_of=lambda device: "sm90")
-    compare(sides, cam, hit=True)
+    checks.assert_sm90_alone_is_covered(sides, compare, cam, TABLE)
 
 
 @pytest.mark.parametrize(("attribute", "value"), [
@@ -302,15 +245,8 @@ def test_a_step_the_kernel_refuses_is_vllms_and_stays_so(sides: Sides, dsv4_log)
 def test_unreadable_calls_reach_vllms_build_unchanged(sides: Sides) -> None:
     gen = torch.Generator().manual_seed(13)
     cam = steps.step(gen, 2)
-    on = steps.make_builder(sides.module)
-    sides.module.DeepseekV32IndexerMetadataBuilder.build = sides.dispatch
-    with pytest.raises(TypeError):
-        on.build(cam)  # vLLM's own error: common_attn_metadata is missing
-    with pytest.raises(TypeError):
-        on.build(0, cam, common_prefix_len=0)
-    with pytest.raises(AttributeError):
-        on.build(0, SimpleNamespace(num_reqs=2))  # not a CommonAttentionMetadata
-    assert sides.dispatch.hits == 0 and sides.dispatch.misses == 3
+    checks.assert_unreadable_calls_reach_vllms_build(sides, steps.make_builder(sides.module),
+                                                     cam)
 
 
 # --------------------------------------------------------------------------- DeepGEMM
@@ -335,8 +271,7 @@ def test_the_deep_gemm_schedule_is_vllms_own_function_on_the_same_view(
     monkeypatch.setattr(sides.module, "current_platform", cuda)
     monkeypatch.setattr(sides.module, "has_deep_gemm", lambda: True)
     monkeypatch.setattr(sides.module, "get_paged_mqa_logits_metadata", schedule)
-    keys: list[Any] = []
-    sides.dispatch.configure(resolve=lambda key: keys.append(key) or policy.resolve(key, TABLE))
+    keys = checks.recorded_keys(sides, policy, TABLE)
     gen = torch.Generator().manual_seed(14)
     _, got = compare(sides, steps.step(gen, 5, padded=8), hit=True, builders=builders)
     assert calls[0] == calls[1] == ((8, 1), (1, 1), 64, 132, None)
@@ -347,56 +282,19 @@ def test_the_deep_gemm_schedule_is_vllms_own_function_on_the_same_view(
 # --------------------------------------------------------------------------- binding
 def test_the_plugin_patches_vllms_class_attribute_and_restores_it(pristine_vllm) -> None:
     module = importlib.import_module(steps.MODULE)
-    cls = module.DeepseekV32IndexerMetadataBuilder
-    vllm_build = cls.__dict__["build"]
-    holder = importlib.import_module(TARGET.module)
-    assert holder is target_module
-    assert getattr(holder, TARGET.attribute) is vllm_build
-    assert getattr(holder, TARGET.builder.cls) is cls
-    assert plugin.register({"DSV4_POLICY": "0"}) is False
-    assert cls.__dict__["build"] is vllm_build
-    assert plugin.register({}) is True
-    stand_in = plugin.active("indexer_decode")
-    assert cls.__dict__["build"] is stand_in and stand_in.original is vllm_build
-    assert getattr(holder, TARGET.attribute) is stand_in
-    assert inspect.signature(stand_in) == inspect.signature(vllm_build)
-    assert is_hooked(cls.__init__, mark("indexer_decode"))
-    assert is_hooked(cls.__init__, mark("compressed_slot_mapping"))
-    assert plugin.unregister() is True
-    assert cls.__dict__["build"] is vllm_build and plugin.active("indexer_decode") is None
-    with pytest.raises(AttributeError, match="cannot be deleted"):
-        delattr(holder, TARGET.attribute)
+    checks.assert_patches_and_restores(target_module, module.DeepseekV32IndexerMetadataBuilder,
+                                       ("indexer_decode", "compressed_slot_mapping"))
 
 
 def test_the_stand_in_binds_as_a_method_and_an_instance_attribute_wins(sides: Sides) -> None:
     gen = torch.Generator().manual_seed(15)
     cam = steps.step(gen, 2)
-    on = steps.make_builder(sides.module)
-    bound = on.build
-    assert bound.__self__ is on and bound.__func__ is sides.dispatch
-    assert inspect.signature(bound) == inspect.signature(sides.vllm_build.__get__(on))
-    timed: list[int] = []
-
-    def timer(*args: Any, **kwargs: Any) -> Any:
-        timed.append(1)
-        return bound(*args, **kwargs)
-
-    on.build = timer  # what the step benchmark's timers do
-    on.build(0, cam)
-    del on.build
-    on.build(0, cam)
-    assert timed == [1] and sides.dispatch.hits == 2
+    checks.assert_binds_as_a_method(sides, [steps.make_builder(sides.module)], lambda: cam)
 
 
 def test_importing_the_target_module_imports_no_vllm() -> None:
-    import subprocess
-    import sys
-
-    code = ("import sys; import dsv4_vllm.kernels.indexer_decode as m; "
-            "print(m.TARGET.attribute, 'vllm' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    assert out.stdout.split() == ["DeepseekV32IndexerMetadataBuilder.build", "False"]
+    assert checks.imported_alone("dsv4_vllm.kernels.indexer_decode") == [
+        "DeepseekV32IndexerMetadataBuilder.build", "indexer_decode", "False"]
 
 
 # --------------------------------------------------------------------------- warm-up
@@ -411,9 +309,7 @@ def test_builder_start_up_warms_the_arch_once_per_device(sides: Sides) -> None:
 
 
 def test_the_default_warm_up_compiles_every_compile_key(monkeypatch, dsv4_log) -> None:
-    seen: list[Any] = []
-    monkeypatch.setattr(target_module.kernels_idm, "warmup",
-                        lambda keys, device: seen.append((keys, device)) or 2)
+    seen = checks.counted_warm_ups(monkeypatch, target_module.kernels_idm)
     assert target_module.warm_compile_keys("sm90", "cpu", table=TABLE) == 2
     assert seen == [([(16, 1), (64, 2), (1024, 4)], "cpu")]
     line = [r.getMessage() for r in dsv4_log if r.levelno == logging.INFO][-1]
@@ -421,8 +317,7 @@ def test_the_default_warm_up_compiles_every_compile_key(monkeypatch, dsv4_log) -
 
 
 def test_decisions_are_cached_per_step_shape(sides: Sides) -> None:
-    keys: list[Any] = []
-    sides.dispatch.configure(resolve=lambda key: keys.append(key) or policy.resolve(key, TABLE))
+    keys = checks.recorded_keys(sides, policy, TABLE)
     gen = torch.Generator().manual_seed(16)
     on = steps.make_builder(sides.module)
     for _ in range(3):
@@ -436,35 +331,9 @@ def test_decisions_are_cached_per_step_shape(sides: Sides) -> None:
 KERNEL_RANGE = "dsv4.indexer_decode.launch"
 
 
-def _aten_ops(fn: Any) -> list[str]:
-    """The ATen ops ``fn`` dispatches, without those inside dsv4's launch (Triton's
-    interpreter runs the kernel with ATen ops; a GPU launch dispatches none)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-
-    def in_launch(event: Any) -> bool:
-        while event is not None:
-            if event.name == KERNEL_RANGE:
-                return True
-            event = event.cpu_parent
-        return False
-
-    return [e.name for e in prof.events() if e.name.startswith("aten::") and not in_launch(e)]
-
-
 def test_the_take_over_dispatches_fewer_aten_ops(sides: Sides,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from torch.profiler import record_function
-
-    launch = target_module.kernels_idm.launch_checked
-
-    def annotated(*args: Any) -> None:
-        with record_function(KERNEL_RANGE):
-            launch(*args)
-
-    monkeypatch.setattr(target_module.kernels_idm, "launch_checked", annotated)
+    checks.annotate_launch(monkeypatch, target_module.kernels_idm, KERNEL_RANGE)
     gen = torch.Generator().manual_seed(17)
     cam = steps.step(gen, 60, padded=64)
     off, on = steps.make_builder(sides.module), steps.make_builder(sides.module)
@@ -474,8 +343,8 @@ def test_the_take_over_dispatches_fewer_aten_ops(sides: Sides,
     for _ in range(2):
         sides.build("off", off, cam)
         sides.build("on", on, cam)
-    vllm_ops = _aten_ops(lambda: sides.build("off", off, cam))
-    ours = _aten_ops(lambda: sides.build("on", on, cam))
+    vllm_ops = checks.aten_ops(lambda: sides.build("off", off, cam), KERNEL_RANGE)
+    ours = checks.aten_ops(lambda: sides.build("on", on, cam), KERNEL_RANGE)
     assert len(ours) * 4 < len(vllm_ops), (ours, vllm_ops)
     for name in ("aten::diff", "aten::floor_divide", "aten::max", "aten::min", "aten::item",
                  "aten::fill_", "aten::unsqueeze"):

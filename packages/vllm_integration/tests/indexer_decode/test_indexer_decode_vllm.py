@@ -12,33 +12,18 @@ and compared bit for bit: the metadata and every builder tensor, whole.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from builder_method_checks import run_check
 
 CHECK = Path(__file__).with_name("idm_vllm_check.py")
 
 
 @pytest.fixture(scope="module")
 def check(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("idm") / "check.json"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1",
-           "VLLM_TARGET_DEVICE": "cpu"}
-    seed = str(int(torch.randint(0, 1 << 30, (1,))))
-    proc = subprocess.run([sys.executable, str(CHECK), str(out), seed], env=env,
-                          capture_output=True, text=True, timeout=1500)
-    if proc.returncode != 0 or not out.exists():
-        pytest.fail(f"{CHECK.name} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n"
-                    f"{proc.stderr[-6000:]}", pytrace=False)
-    data = json.loads(out.read_text())
-    data["seed"] = seed
-    return data
+    return run_check(CHECK, tmp_path_factory.mktemp("idm") / "check.json")
 
 
 def test_vllms_own_build_ran_with_real_triton(check: dict[str, Any]) -> None:

@@ -18,23 +18,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import importlib
 import inspect
 import logging
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
+import builder_method_checks as checks
 import pytest
 import swa_steps as steps
 import torch
+from builder_method_checks import expect_hit
 from dsv4_kernels.swa import reference as swa_reference
 from dsv4_policy.kernels import swa_decode as policy
 from dsv4_vllm import plugin
-from dsv4_vllm.hook import is_hooked, mark
 from dsv4_vllm.kernels import swa_decode as target_module
-from dsv4_vllm.kernels.swa_decode import TARGET, SWADecodeDispatch
+from dsv4_vllm.kernels.swa_decode import SWADecodeDispatch
 
 TABLE = policy.loads_table("""schema = 1
 
@@ -81,28 +80,12 @@ class RowsReference:
 
 
 @dataclasses.dataclass
-class Sides:
-    module: Any
-    dispatch: SWADecodeDispatch
-    vllm_build: Any
-    warmed: list[Any]
+class Sides(checks.Sides):
+    """Also every token map and FlashMLA plan made, and the SWA rows kernel's calls."""
+
     maps: list[tuple[int, int]]
     rows: RowsReference
     plans: list[Any]
-
-    def build(self, side: str, builder: Any, cam: Any, *args: Any, **kwargs: Any) -> Any:
-        """``builder.build(0, cam)`` (or ``*args``) with the plugin ``side`` ("off":
-        vLLM's method)."""
-        cls = self.module.DeepseekSparseSWAMetadataBuilder
-        cls.build = self.dispatch if side == "on" else self.vllm_build
-        try:
-            return builder.build(*(args or (0, cam)), **kwargs)
-        finally:
-            cls.build = self.dispatch
-
-    def switch(self, side: str) -> None:
-        self.module.DeepseekSparseSWAMetadataBuilder.build = (
-            self.dispatch if side == "on" else self.vllm_build)
 
 
 STAND_IN_RANGE = "test.vllm_stand_in"
@@ -111,13 +94,8 @@ STAND_IN_RANGE = "test.vllm_stand_in"
 @pytest.fixture
 def sides(pristine_vllm: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Sides]:
     module = importlib.import_module(steps.MODULE)
-    vllm_build = module.DeepseekSparseSWAMetadataBuilder.__dict__["build"]
-    assert plugin.register({}) is True
-    dispatch = plugin.active("swa_decode")
-    assert isinstance(dispatch, SWADecodeDispatch)
-    warmed: list[Any] = []
-    dispatch.configure(table=TABLE, arch_of=lambda device: "sm90",
-                       warm=lambda *a, table=None: warmed.append(a) or 0)
+    cls = module.DeepseekSparseSWAMetadataBuilder
+    started = checks.registered("swa_decode", SWADecodeDispatch, cls, TABLE)
     # vLLM's Triton kernels cannot run in this process: stand-ins serve both sides.
     rows = RowsReference(module._COMPUTE_SWA_INDICES_AND_LENS_KERNEL.original)
     monkeypatch.setattr(module, "_COMPUTE_SWA_INDICES_AND_LENS_KERNEL", rows)
@@ -131,7 +109,7 @@ def sides(pristine_vllm: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setattr(importlib.import_module(steps.METADATA), "compute_token_to_req_indices",
                         token_map)
     with steps.plan_holders(module) as plans:
-        yield Sides(module, dispatch, vllm_build, warmed, maps, rows, plans)
+        yield Sides(module, cls, *started, maps, rows, plans)
     plugin.unregister()
 
 
@@ -144,23 +122,21 @@ def compare(sides: Sides, cam: Any, *, hit: bool, builders: tuple[Any, Any] | No
     off, on = builders or (steps.make_builder(**make), steps.make_builder(**make))
     steps.poison(off, seed)
     steps.poison(on, seed)
-    hits, misses = sides.dispatch.hits, sides.dispatch.misses
     built = {}
-    for side, builder in (("off", off), ("on", on)):
-        mine = copy.copy(cam)
-        maps, plans = len(sides.maps), len(sides.plans)
-        call = tuple(mine if a is cam else a for a in args) or (0, mine)
-        built[side] = sides.build(side, builder, mine, *call, **(kwargs or {}))
-        built[side + "_maps"] = sides.maps[maps:]
-        built[side + "_plans"] = len(sides.plans) - plans
+    with expect_hit(sides, hit):
+        for side, builder in (("off", off), ("on", on)):
+            mine = copy.copy(cam)
+            maps, plans = len(sides.maps), len(sides.plans)
+            call = tuple(mine if a is cam else a for a in args) or (0, mine)
+            built[side] = sides.build(side, builder, mine, *call, **(kwargs or {}))
+            built[side + "_maps"] = sides.maps[maps:]
+            built[side + "_plans"] = len(sides.plans) - plans
     want, got = built["off"], built["on"]
     assert steps.differences(want, got, "metadata") == []
     assert steps.differences(steps.buffers(off), steps.buffers(on), "builder") == []
     assert steps.views(off, want) == steps.views(on, got)
     assert built["off_maps"] == built["on_maps"]
     assert built["off_plans"] == built["on_plans"]
-    assert sides.dispatch.hits - hits == int(hit), "hit expected" if hit else "miss expected"
-    assert sides.dispatch.misses - misses == int(not hit)
     return want, got
 
 
@@ -257,10 +233,7 @@ def test_replay_start_given_and_not(sides: Sides) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_generated_decode_batches(sides: Sides, seed: int) -> None:
     gen = torch.Generator().manual_seed(1000 + seed)
-    pick = lambda n: int(torch.randint(0, n, (1,), generator=gen))  # noqa: E731
-    real = pick(48)
-    padded = [None, min(48, real + pick(10) + 1)][pick(2)] if real else 1 + pick(47)
-    tokens = [None, None, (padded or real) + pick(3)][pick(3)]
+    pick, real, padded, tokens = checks.generated_sizes(gen)
     cam = steps.step(gen, real, padded=padded, num_tokens=tokens,
                      context=[3, 300, 4096, 1 << 17, 1 << 20][pick(5)])
     replay = steps.replay_start(gen, cam) if pick(2) else None
@@ -338,43 +311,17 @@ def test_the_capture_path_and_every_argument_form_are_taken_over(sides: Sides) -
 
 
 # --------------------------------------------------------------------------- misses
-class Spy:
-    """vLLM's build as the stand-in's ``original``: records each call (vLLM's own Triton
-    kernels, which prefill steps launch, cannot run in this process)."""
-
-    def __init__(self, sides: Sides) -> None:
-        self.sides = sides
-        self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-
-    def __enter__(self) -> Spy:
-        self.sides.dispatch.original = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sides.dispatch.original = self.sides.vllm_build
-
-    def __call__(self, builder: Any, *args: Any, **kwargs: Any) -> str:
-        self.calls.append((builder, args, kwargs))
-        return "vllm's build"
-
-
 def assert_vllms(sides: Sides, builder: Any, cam: Any) -> None:
     """The stand-in hands the build to vLLM's with the very same arguments, writing
-    nothing (and making no token map)."""
+    nothing and making no token map (vLLM's own Triton kernels, which prefill steps
+    launch, cannot run in this process)."""
     steps.poison(builder, 5)
-    before = steps.buffers(builder)
-    hits, maps = sides.dispatch.hits, len(sides.maps)
+    maps = len(sides.maps)
     replay = torch.zeros(cam.num_reqs + 1, dtype=torch.int32)
-    with Spy(sides) as spy:
-        assert sides.build("on", builder, cam) == "vllm's build"
-        assert sides.build("on", builder, cam, 0, cam, fast_build=True) == "vllm's build"
-        assert sides.build("on", builder, cam, 0, cam, False, replay) == "vllm's build"
-    assert spy.calls == [(builder, (0, cam), {}), (builder, (0, cam), {"fast_build": True}),
-                         (builder, (0, cam, False, replay), {})]
-    assert all(a is b for a, b in zip(spy.calls[0][1], (0, cam), strict=True))
+    spy = checks.assert_handed_over(sides, steps, builder, cam, [
+        ((0, cam), {}), ((0, cam), {"fast_build": True}), ((0, cam, False, replay), {})])
     assert spy.calls[2][1][3] is replay
-    assert sides.dispatch.hits == hits and len(sides.maps) == maps
-    assert steps.differences(before, steps.buffers(builder)) == []
+    assert len(sides.maps) == maps
 
 
 def test_steps_with_prefills_or_longer_queries_are_vllms(sides: Sides) -> None:
@@ -422,12 +369,7 @@ def test_keys_the_table_does_not_cover_are_vllms(sides: Sides) -> None:
         sides.dispatch.configure(arch_of=lambda device, arch=arch: arch)
         shipped = policy.resolve(policy.Key(arch, window, 3)).source != "baseline"
         compare(sides, cam, hit=shipped, window=window, config=steps.vllm_config(window=window))
-    sides.dispatch.configure(table=TABLE, arch_of=lambda device: None)
-    compare(sides, cam, hit=False)
-    sides.dispatch.configure(arch_of=lambda device: "sm80")
-    compare(sides, cam, hit=False)
-    sides.dispatch.configure(arch_of=lambda device: "sm90")
-    compare(sides, cam, hit=True)
+    checks.assert_sm90_alone_is_covered(sides, compare, cam, TABLE)
     # A window of 256 columns at 40 tokens or fewer: no entry.
     compare(sides, steps.step(gen, 5, context=600), hit=False, window=256,
             config=steps.vllm_config(window=256))
@@ -508,81 +450,34 @@ def test_a_step_the_kernel_refuses_is_vllms_and_stays_so(sides: Sides, dsv4_log)
 def test_unreadable_calls_reach_vllms_build_unchanged(sides: Sides) -> None:
     gen = torch.Generator().manual_seed(17)
     cam = steps.step(gen, 2)
-    on = steps.make_builder()
-    sides.switch("on")
-    with pytest.raises(TypeError):
-        on.build(cam)  # vLLM's own error: common_attn_metadata is missing
-    with pytest.raises(TypeError):
-        on.build(0, cam, common_prefix_len=0)
-    with pytest.raises(TypeError):
-        on.build(0, cam, False, None, 5)
-    with pytest.raises(TypeError):
-        on.build(0, cam, unknown=1)
-    with pytest.raises(AttributeError):
-        on.build(0, SimpleNamespace(num_reqs=2))  # not a CommonAttentionMetadata
-    assert sides.dispatch.hits == 0 and sides.dispatch.misses == 5
+    checks.assert_unreadable_calls_reach_vllms_build(
+        sides, steps.make_builder(), cam, ((0, cam, False, None, 5), {}),
+        ((0, cam), {"unknown": 1}))
 
 
 # --------------------------------------------------------------------------- binding
 def test_the_plugin_patches_vllms_class_attribute_and_restores_it(pristine_vllm) -> None:
     module = importlib.import_module(steps.MODULE)
-    cls = module.DeepseekSparseSWAMetadataBuilder
     flashmla = steps.builder_class("flashmla")
-    vllm_build = cls.__dict__["build"]
-    holder = importlib.import_module(TARGET.module)
-    assert holder is target_module
-    assert getattr(holder, TARGET.attribute) is vllm_build
-    assert getattr(holder, TARGET.builder.cls) is cls
-    assert plugin.register({"DSV4_POLICY": "0"}) is False
-    assert cls.__dict__["build"] is vllm_build
-    assert plugin.register({}) is True
-    stand_in = plugin.active("swa_decode")
-    assert cls.__dict__["build"] is stand_in and stand_in.original is vllm_build
-    assert flashmla.build is stand_in and "build" not in vars(flashmla)
-    assert getattr(holder, TARGET.attribute) is stand_in
-    assert inspect.signature(stand_in) == inspect.signature(vllm_build)
-    for name in ("swa_decode", "swa"):
-        assert is_hooked(cls.__init__, mark(name))
-    assert plugin.unregister() is True
-    assert cls.__dict__["build"] is vllm_build and plugin.active("swa_decode") is None
-    assert not is_hooked(cls.__init__, mark("swa_decode"))
-    with pytest.raises(AttributeError, match="cannot be deleted"):
-        delattr(holder, TARGET.attribute)
-    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
-        holder.nothing  # noqa: B018
+
+    def inherited(stand_in: Any) -> None:
+        assert flashmla.build is stand_in and "build" not in vars(flashmla)
+
+    checks.assert_patches_and_restores(target_module, module.DeepseekSparseSWAMetadataBuilder,
+                                       ("swa_decode", "swa"), inherited)
 
 
 def test_the_stand_in_binds_as_a_method_and_an_instance_attribute_wins(sides: Sides) -> None:
     gen = torch.Generator().manual_seed(18)
     cam = steps.step(gen, 2)
-    for cls in ("base", "flashmla"):
-        on = steps.make_builder(cls)
-        bound = on.build
-        assert bound.__self__ is on and bound.__func__ is sides.dispatch
-        assert inspect.signature(bound) == inspect.signature(sides.vllm_build.__get__(on))
-    timed: list[int] = []
-
-    def timer(*args: Any, **kwargs: Any) -> Any:
-        timed.append(1)
-        return bound(*args, **kwargs)
-
-    on.build = timer  # what the step benchmark's timers do
-    on.build(0, copy.copy(cam))
-    del on.build
-    on.build(0, copy.copy(cam))
-    assert timed == [1] and sides.dispatch.hits == 2
+    checks.assert_binds_as_a_method(sides, [steps.make_builder(cls)
+                                            for cls in ("base", "flashmla")],
+                                    lambda: copy.copy(cam))
 
 
 def test_importing_the_target_module_imports_no_vllm() -> None:
-    import subprocess
-    import sys
-
-    code = ("import sys; import dsv4_vllm.kernels.swa_decode as m; "
-            "print(m.TARGET.attribute, m.TARGET.name, 'vllm' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    assert out.stdout.split() == ["DeepseekSparseSWAMetadataBuilder.build", "swa_decode",
-                                  "False"]
+    assert checks.imported_alone("dsv4_vllm.kernels.swa_decode") == [
+        "DeepseekSparseSWAMetadataBuilder.build", "swa_decode", "False"]
 
 
 # --------------------------------------------------------------------------- warm-up
@@ -623,9 +518,7 @@ def test_a_failed_warm_up_turns_the_stand_in_off(sides: Sides, dsv4_log) -> None
 
 
 def test_the_default_warm_up_compiles_every_compile_key(monkeypatch, dsv4_log) -> None:
-    seen: list[Any] = []
-    monkeypatch.setattr(target_module.kernels_swd, "warmup",
-                        lambda keys, device: seen.append((keys, device)) or 2)
+    seen = checks.counted_warm_ups(monkeypatch, target_module.kernels_swd)
     assert target_module.warm_compile_keys("sm90", "cpu", table=TABLE) == 2
     assert seen == [([(2, 32, 1), (4, 128, 2), (8, 128, 4), (16, 64, 4)], "cpu")]
     line = [r.getMessage() for r in dsv4_log if r.levelno == logging.INFO][-1]
@@ -640,8 +533,7 @@ def test_the_real_warm_up_runs_in_the_interpreter() -> None:
 
 
 def test_decisions_are_cached_per_step_shape(sides: Sides) -> None:
-    keys: list[Any] = []
-    sides.dispatch.configure(resolve=lambda key: keys.append(key) or policy.resolve(key, TABLE))
+    keys = checks.recorded_keys(sides, policy, TABLE)
     gen = torch.Generator().manual_seed(21)
     on = steps.make_builder()
     for _ in range(3):
@@ -656,37 +548,17 @@ KERNEL_RANGE = "dsv4.swa_decode.launch"
 
 
 def _aten_ops(fn: Any) -> list[str]:
-    """The ATen ops ``fn`` dispatches, without those inside dsv4's launch (Triton's
-    interpreter runs the kernel with ATen ops; a GPU launch dispatches none) and inside
-    the stand-ins for vLLM's Triton kernels (the same calls on both sides, or a launch
-    on a GPU)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-
-    def inside(event: Any) -> bool:
-        while event is not None:
-            if event.name in (KERNEL_RANGE, STAND_IN_RANGE):
-                return True
-            event = event.cpu_parent
-        return False
-
-    return [e.name for e in prof.events() if e.name.startswith("aten::") and not inside(e)]
+    """The ATen ops ``fn`` dispatches, without those inside dsv4's launch and inside the
+    stand-ins for vLLM's Triton kernels (the same calls on both sides, or a launch on a
+    GPU)."""
+    return checks.aten_ops(fn, KERNEL_RANGE, STAND_IN_RANGE)
 
 
 def test_the_take_over_dispatches_fewer_aten_ops(sides: Sides,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from torch.profiler import record_function
 
-    launch = target_module.kernels_swd.launch_checked
-
-    @functools.wraps(launch)
-    def annotated(*args: Any) -> None:
-        with record_function(KERNEL_RANGE):
-            launch(*args)
-
-    monkeypatch.setattr(target_module.kernels_swd, "launch_checked", annotated)
+    checks.annotate_launch(monkeypatch, target_module.kernels_swd, KERNEL_RANGE)
     # vLLM's token map is the same call on both sides: leave it out.
     from vllm.v1.attention.backend import CommonAttentionMetadata
 

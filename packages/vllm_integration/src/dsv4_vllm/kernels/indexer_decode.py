@@ -51,19 +51,23 @@ compile keys depend on the arch alone (:func:`warm_compile_keys`).
 
 from __future__ import annotations
 
-import time
 import types
 from collections.abc import Callable
-from typing import Any, NamedTuple, Unpack
+from typing import Any, NamedTuple
 
 import torch
 from dsv4_kernels.indexer_decode import launch as kernels_idm
 from dsv4_policy.kernels import indexer_decode as policy_idm
-from dsv4_policy.kernels.indexer_decode import Key, Launch, Table
+from dsv4_policy.kernels.indexer_decode import Key, Launch
 
-from dsv4_vllm._log import logger
-from dsv4_vllm.builder_method import BuilderMethod, BuilderMethodDispatch, hold, readable
-from dsv4_vllm.dispatch import Options
+from dsv4_vllm.builder_method import (
+    BuilderMethod,
+    BuilderMethodDispatch,
+    Decision,
+    arch_warm_up,
+    hold,
+    readable,
+)
 from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -94,33 +98,12 @@ _vllm_class = _BUILDER.cls
 
 
 # ----------------------------------------------------------------------------- warm-up
-def warm_compile_keys(
-    arch: str,
-    device: torch.device | str,
-    *,
-    table: Table | None = None,
-) -> int:
-    """Build every tile of ``compile_keys(table, arch)`` on ``device``; return how many
-    binaries were new. Logs as every warm-up."""
-    keys = sorted(policy_idm.compile_keys(table, arch))
-    started = time.perf_counter()
-    compiled = kernels_idm.warmup(keys, device) if keys else 0
-    logger.info(
-        "dsv4 warm-up: %d indexer decode metadata compile key(s) for %s on %s; %d compiled "
-        "in %.2f s", len(keys), arch, device, compiled, time.perf_counter() - started,
-    )
-    return compiled
+warm_compile_keys = arch_warm_up(policy_idm, kernels_idm, LABEL)
+"""``warm_compile_keys(arch, device, *, table=None)``: build every tile of
+``compile_keys(table, arch)`` on ``device``; return how many binaries were new."""
 
 
 # ----------------------------------------------------------------------------- per call
-class Decision(NamedTuple):
-    """A table hit for one step shape: the tile and its warm-up key."""
-
-    launch: Launch
-    tile: tuple[int, int]
-    arch: str
-
-
 class Plan(NamedTuple):
     """Everything a covered build needs, established before anything is written."""
 
@@ -136,14 +119,8 @@ class Plan(NamedTuple):
 
 
 _Tensor = torch.Tensor
-
-
-def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """vLLM's ``common_attn_metadata`` from ``build``'s arguments after ``self``, or None
-    when the call cannot be read for sure (vLLM's ``build`` then raises its own error)."""
-    if not readable(args, kwargs, _NAMES):
-        return None
-    return args[1] if len(args) >= 2 else kwargs.get("common_attn_metadata")
+_VllmState = tuple[tuple[type], types.ModuleType]
+"""vLLM's builder class (the only class whose builds are taken over) and module."""
 
 
 def _reducer(name: str) -> Callable[[Any], Any]:
@@ -166,42 +143,33 @@ def query_length_bounds(query_start_loc_cpu: torch.Tensor, num_reqs: int) -> tup
 
 class IndexerDecodeDispatch(BuilderMethodDispatch):
     """Drop-in for vLLM's ``DeepseekV32IndexerMetadataBuilder.build``: the decode-only steps
-    the table covers are built by dsv4, every other build is vLLM's.
-
-    ``resolve``, ``arch_of`` and ``warm`` are injectable so the decision can be tested
-    without a GPU; ``table`` None is the shipped table.
-    """
+    the table covers are built by dsv4, every other build is vLLM's."""
 
     policy = policy_idm
     label = LABEL
-    deployment_fields = ()
+    step_label = "indexer decode"
+    warm_tensor = "expanded_seq_lens_buffer"
     default_warm = staticmethod(warm_compile_keys)
 
-    def __init__(self, original: Any, **options: Unpack[Options]) -> None:
-        super().__init__(original, **options)
-        self._classes: tuple[type, types.ModuleType] | None = None
-
-    def __repr__(self) -> str:
-        return f"IndexerDecodeDispatch({self.original!r})"
-
-    def on_builder_ready(self, device: torch.device) -> None:
-        """After vLLM built an indexer builder: warm the arch's compile keys on its device."""
-        arch = self.arch_of(device)
-        if arch is None:
-            return
-        self.warm_once(arch, (), device)
-
-    def _vllm(self) -> tuple[type, types.ModuleType]:
+    def _look_up(self) -> _VllmState:
         """vLLM's builder class (the only class whose builds are taken over) and module."""
-        if self._classes is None:
-            module = _vllm_module()
-            self._classes = (getattr(module, BUILDER_CLASS), module)
-        return self._classes
+        module = _vllm_module()
+        return ((getattr(module, BUILDER_CLASS),), module)
+
+    @staticmethod
+    def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """vLLM's ``common_attn_metadata`` from ``build``'s arguments after ``self``, or
+        None when the call cannot be read for sure (vLLM's ``build`` then raises its own
+        error)."""
+        if not readable(args, kwargs, _NAMES):
+            return None
+        return args[1] if len(args) >= 2 else kwargs.get("common_attn_metadata")
 
     # -- the decision -----------------------------------------------------------------
 
-    def _plan(self, builder: Any, cam: Any, vllm: types.ModuleType) -> Plan | None:
+    def _plan(self, builder: Any, state: _VllmState, cam: Any) -> Plan | None:
         """A covered step's plan, or None (vLLM's build). Reads host facts only."""
+        vllm = state[1]
         b = builder
         ratio = b.compress_ratio
         if not (type(ratio) is int and ratio > 1 and b.dcp_world_size == 1
@@ -225,70 +193,25 @@ class IndexerDecodeDispatch(BuilderMethodDispatch):
         deep_gemm = bool(vllm.current_platform.is_cuda() and vllm.has_deep_gemm())
         expanded = b.expanded_seq_lens_buffer
         shape = (expanded.get_device(), ratio, deep_gemm, n, m)
-        decision = self.cached(shape, lambda: self._decide(expanded.device, ratio, deep_gemm,
-                                                           n, m))
+        decision = self.cached(shape, lambda: self._decide(
+            expanded.device, Key, (ratio, int(deep_gemm), n, m), (ratio, deep_gemm, n, m)))
         if decision is None:
             return None
         return Plan(cam, n, m, ratio, max_len, min_len, deep_gemm, decision, shape)
 
-    def _decide(self, device: torch.device, ratio: int, deep_gemm: bool, num_reqs: int,
-                num_tokens: int) -> Decision | None:
-        arch = self.arch_of(device)
-        if arch is None:
-            return None
-        try:
-            launch = self._resolve(Key(arch, ratio, int(deep_gemm), num_reqs, num_tokens))
-        except Exception:
-            logger.warning("dsv4: could not resolve an indexer decode metadata launch for %s; "
-                           "using vLLM's build", (arch, ratio, deep_gemm, num_reqs, num_tokens),
-                           exc_info=True)
-            return None
-        if launch.source == "baseline":
-            return None
-        return Decision(launch, launch.compile_key(), arch)
-
     # -- the call ---------------------------------------------------------------------
 
-    def __call__(self, builder: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.enabled:
-            cls, vllm = self._vllm()
-            if type(builder) is cls:
-                cam = _arguments(args, kwargs)
-                plan = None
-                if cam is not None:
-                    try:
-                        plan = self._plan(builder, cam, vllm)
-                    except Exception:
-                        # A builder or step this path does not know: vLLM's build decides.
-                        logger.debug("dsv4: indexer decode step not readable; vLLM's build",
-                                     exc_info=True)
-                        plan = None
-                if plan is not None and self._ready(builder.expanded_seq_lens_buffer,
-                                                    plan.decision.arch, plan.shape[0]):
-                    result = self._build(builder, plan, vllm)
-                    if result is not None:
-                        self.hits += 1
-                        return result
-        self.misses += 1
-        return self.original(builder, *args, **kwargs)
-
-    def _build(self, b: Any, plan: Plan, vllm: types.ModuleType) -> Any:
+    def _build(self, b: Any, plan: Plan, state: _VllmState) -> Any:
         """vLLM's build of a covered decode-only step; None when dsv4's checks refuse it
         (before anything is written)."""
+        vllm = state[1]
         cam, n, m, ratio = plan.cam, plan.num_reqs, plan.num_tokens, plan.ratio
         qsl, seq_lens = cam.query_start_loc, cam.seq_lens
         lens, per_req, expanded = (b.decode_lens_buffer, b.per_req_decode_lens_buffer,
                                    b.expanded_seq_lens_buffer)
-        try:
-            checked = kernels_idm.check(qsl, seq_lens, lens, per_req, expanded, n, m, ratio)
-            if checked.cuda_index < 0 and not kernels_idm.interpreting():
-                raise ValueError("indexer_decode_metadata: the step's tensors are on the CPU "
-                                 "and Triton's interpreter is off")
-        except ValueError:
-            logger.warning("dsv4: the indexer decode metadata kernel refused a step vLLM "
-                           "built; this step shape uses vLLM's build from now on",
-                           exc_info=True)
-            self.forget(plan.shape)
+        checked = self._checked(kernels_idm, "indexer_decode_metadata", plan.shape, qsl,
+                                seq_lens, lens, per_req, expanded, n, m, ratio)
+        if checked is None:
             return None
         block_table = cam.block_table_tensor
         slot_mapping = vllm.get_compressed_slot_mapping(

@@ -55,19 +55,24 @@ device is the step's. The compile keys depend on the arch alone
 from __future__ import annotations
 
 import importlib
-import time
 import types
 from collections.abc import Callable
-from typing import Any, NamedTuple, Unpack
+from typing import Any, NamedTuple
 
 import torch
 from dsv4_kernels.swa_decode import launch as kernels_swd
 from dsv4_policy.kernels import swa_decode as policy_swd
-from dsv4_policy.kernels.swa_decode import Key, Launch, Table
+from dsv4_policy.kernels.swa_decode import Key, Launch
 
 from dsv4_vllm._log import logger
-from dsv4_vllm.builder_method import BuilderMethod, BuilderMethodDispatch, hold, readable
-from dsv4_vllm.dispatch import Options
+from dsv4_vllm.builder_method import (
+    BuilderMethod,
+    BuilderMethodDispatch,
+    Decision,
+    arch_warm_up,
+    hold,
+    readable,
+)
 from dsv4_vllm.guard import POSITIONAL, REQUIRED, Signature
 from dsv4_vllm.registry import Builder, Target
 
@@ -137,33 +142,12 @@ def covered_classes(module: types.ModuleType) -> tuple[type, ...]:
 
 
 # ----------------------------------------------------------------------------- warm-up
-def warm_compile_keys(
-    arch: str,
-    device: torch.device | str,
-    *,
-    table: Table | None = None,
-) -> int:
-    """Build every tile of ``compile_keys(table, arch)`` on ``device``; return how many
-    binaries were new. Logs as every warm-up."""
-    keys = sorted(policy_swd.compile_keys(table, arch))
-    started = time.perf_counter()
-    compiled = kernels_swd.warmup(keys, device) if keys else 0
-    logger.info(
-        "dsv4 warm-up: %d SWA decode metadata compile key(s) for %s on %s; %d compiled in "
-        "%.2f s", len(keys), arch, device, compiled, time.perf_counter() - started,
-    )
-    return compiled
+warm_compile_keys = arch_warm_up(policy_swd, kernels_swd, LABEL)
+"""``warm_compile_keys(arch, device, *, table=None)``: build every tile of
+``compile_keys(table, arch)`` on ``device``; return how many binaries were new."""
 
 
 # ----------------------------------------------------------------------------- per call
-class Decision(NamedTuple):
-    """A table hit for one step shape: the tile and its warm-up key."""
-
-    launch: Launch
-    tile: tuple[int, int, int]
-    arch: str
-
-
 class Plan(NamedTuple):
     """Everything a covered build needs, established before anything is written."""
 
@@ -181,66 +165,42 @@ _VllmState = tuple[tuple[type, ...], types.ModuleType, tuple[str, ...]]
 """The covered builder classes, vLLM's module and its layer-type keys."""
 
 
-def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
-    """vLLM's ``(common_attn_metadata, replay_start)`` from ``build``'s arguments after
-    ``self``, or None when the call cannot be read for sure (vLLM's ``build`` then raises
-    its own error)."""
-    if not readable(args, kwargs, _NAMES):
-        return None
-    if len(args) >= 2:
-        cam = args[1]
-    elif "common_attn_metadata" in kwargs:
-        cam = kwargs["common_attn_metadata"]
-    else:
-        return None
-    return cam, (args[3] if len(args) == 4 else kwargs.get("replay_start"))
-
-
 class SWADecodeDispatch(BuilderMethodDispatch):
     """Drop-in for vLLM's ``DeepseekSparseSWAMetadataBuilder.build``: the decode-only steps
-    the table covers are built by dsv4, every other build is vLLM's.
-
-    ``resolve``, ``arch_of`` and ``warm`` are injectable so the decision can be tested
-    without a GPU; ``table`` None is the shipped table.
-    """
+    the table covers are built by dsv4, every other build is vLLM's."""
 
     policy = policy_swd
     label = LABEL
-    deployment_fields = ()
+    step_label = "SWA decode"
+    warm_tensor = "decode_swa_indices"
     default_warm = staticmethod(warm_compile_keys)
 
-    def __init__(self, original: Any, **options: Unpack[Options]) -> None:
-        super().__init__(original, **options)
-        self._vllm_state: _VllmState | None = None
+    def _look_up(self) -> _VllmState:
+        """The covered builder classes, vLLM's module and its layer-type keys."""
+        module = _vllm_module()
+        keys = tuple(getattr(module, name) for name in _LAYER_TYPES)
+        return (covered_classes(module), module, keys)
 
-    def __repr__(self) -> str:
-        return f"SWADecodeDispatch({self.original!r})"
-
-    def on_builder_ready(self, device: torch.device) -> None:
-        """After vLLM built a covered SWA builder: warm the arch's compile keys on its
-        device."""
-        arch = self.arch_of(device)
-        if arch is None:
-            return
-        self.warm_once(arch, (), device)
-
-    def covered(self) -> tuple[type, ...]:
-        """The builder classes whose builds this stand-in may take over."""
-        return self._vllm()[0]
-
-    def _vllm(self) -> _VllmState:
-        """The covered builder classes, vLLM's module and its layer-type keys (looked up
-        once)."""
-        if self._vllm_state is None:
-            module = _vllm_module()
-            keys = tuple(getattr(module, name) for name in _LAYER_TYPES)
-            self._vllm_state = (covered_classes(module), module, keys)
-        return self._vllm_state
+    @staticmethod
+    def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+        """vLLM's ``(common_attn_metadata, replay_start)`` from ``build``'s arguments after
+        ``self``, or None when the call cannot be read for sure (vLLM's ``build`` then
+        raises its own error)."""
+        if not readable(args, kwargs, _NAMES):
+            return None
+        if len(args) >= 2:
+            cam = args[1]
+        elif "common_attn_metadata" in kwargs:
+            cam = kwargs["common_attn_metadata"]
+        else:
+            return None
+        return cam, (args[3] if len(args) == 4 else kwargs.get("replay_start"))
 
     # -- the decision -----------------------------------------------------------------
 
-    def _plan(self, builder: Any, cam: Any, replay_start: Any) -> Plan | None:
+    def _plan(self, builder: Any, state: _VllmState, call: tuple[Any, Any]) -> Plan | None:
         """A covered step's plan, or None (vLLM's build). Reads host facts only."""
+        cam, replay_start = call
         b = builder
         if not (b.num_speculative_tokens == 0 and b.is_dspark is False
                 and cam.causal is True):
@@ -258,54 +218,17 @@ class SWADecodeDispatch(BuilderMethodDispatch):
         rows = b.decode_swa_indices
         width = rows.shape[-1]
         shape = (rows.get_device(), width, m)
-        decision = self.cached(shape, lambda: self._decide(rows.device, width, m))
+        decision = self.cached(shape, lambda: self._decide(rows.device, Key, (width, m)))
         if decision is None:
             return None
         return Plan(cam, replay_start, n, m, longest, decision, shape)
 
-    def _decide(self, device: torch.device, width: int, num_tokens: int) -> Decision | None:
-        arch = self.arch_of(device)
-        if arch is None:
-            return None
-        try:
-            launch = self._resolve(Key(arch, width, num_tokens))
-        except Exception:
-            logger.warning("dsv4: could not resolve an SWA decode metadata launch for %s; "
-                           "using vLLM's build", (arch, width, num_tokens), exc_info=True)
-            return None
-        if launch.source == "baseline":
-            return None
-        return Decision(launch, launch.compile_key(), arch)
-
     # -- the call ---------------------------------------------------------------------
 
-    def __call__(self, builder: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.enabled:
-            classes, vllm, layer_types = self._vllm()
-            if type(builder) in classes:
-                call = _arguments(args, kwargs)
-                plan = None
-                if call is not None:
-                    try:
-                        plan = self._plan(builder, *call)
-                    except Exception:
-                        # A builder or step this path does not know: vLLM's build decides.
-                        logger.debug("dsv4: SWA decode step not readable; vLLM's build",
-                                     exc_info=True)
-                        plan = None
-                if plan is not None and self._ready(builder.decode_swa_indices,
-                                                    plan.decision.arch, plan.shape[0]):
-                    result = self._build(builder, plan, vllm, layer_types)
-                    if result is not None:
-                        self.hits += 1
-                        return result
-        self.misses += 1
-        return self.original(builder, *args, **kwargs)
-
-    def _build(self, b: Any, plan: Plan, vllm: types.ModuleType,
-               layer_types: tuple[str, ...]) -> Any:
+    def _build(self, b: Any, plan: Plan, state: _VllmState) -> Any:
         """vLLM's build of a covered decode-only step; None when dsv4's checks refuse it
         (before the launch writes anything)."""
+        _, vllm, layer_types = state
         cam, m = plan.cam, plan.num_tokens
         # vLLM's own map, first as in vLLM's build (cached on cam: a second SWA builder of
         # the step gets the first one's).
@@ -315,16 +238,10 @@ class SWADecodeDispatch(BuilderMethodDispatch):
         slots, qsl, seq_lens, table = (cam.slot_mapping, cam.query_start_loc, cam.seq_lens,
                                        cam.block_table_tensor)
         window, block_size = b.window_size, b.block_size
-        try:
-            checked = kernels_swd.check(rows, lens, valid, slots, qsl, seq_lens, token_to_req,
-                                        table, replay_start, window, block_size, m)
-            if checked.cuda_index < 0 and not kernels_swd.interpreting():
-                raise ValueError("build_swa_decode: the step's tensors are on the CPU and "
-                                 "Triton's interpreter is off")
-        except ValueError:
-            logger.warning("dsv4: the SWA decode metadata kernel refused a step vLLM built; "
-                           "this step shape uses vLLM's build from now on", exc_info=True)
-            self.forget(plan.shape)
+        checked = self._checked(kernels_swd, "build_swa_decode", plan.shape, rows, lens, valid,
+                                slots, qsl, seq_lens, token_to_req, table, replay_start,
+                                window, block_size, m)
+        if checked is None:
             return None
         tpp, cpp, warps = plan.decision.tile
         kernels_swd.launch_checked(checked, rows, lens, valid, slots, qsl, seq_lens,
