@@ -62,11 +62,15 @@ def cases(gen: torch.Generator) -> list[Case]:
                       steps.step(gen, real, padded=padded, context=context), {}, None))
     replayed = steps.step(gen, 12, padded=16, context=400)
     replay = steps.replay_start(gen, replayed)
+    mixed_replayed = steps.step(gen, 5, query_lens=[1, 1, 1, 1, 60], context=700)
+    mixed_replay = steps.replay_start(gen, mixed_replayed)
     found += [
         ("decode-tokens-past-requests", 1, steps.step(gen, 7, num_tokens=10), {}, None),
         ("decode-requests-without-tokens", 1, steps.step(gen, 6, padded=9, num_tokens=7), {},
          None),
         ("decode-replay-start", 1, replayed, {}, lambda cam: (0, cam, False, replay)),
+        ("mixed-replay-start", 1, mixed_replayed, {},
+         lambda cam: (0, cam, False, mixed_replay)),
         ("decode-flashmla-subclass", 1, steps.step(gen, 20, padded=24), {"cls": "flashmla"},
          None),
         ("decode-window-64", 1, steps.step(gen, 9, context=500),
@@ -75,9 +79,22 @@ def cases(gen: torch.Generator) -> list[Case]:
     whole = steps.step(gen, 13, padded=16, context=1 << 17)
     found.append(("step-both-swa-groups", 2, ("groups", whole, steps.second_group(gen, whole)),
                   {}, None))
+    whole = steps.step(gen, 6, query_lens=[1, 1, 1, 1, 33, 17], context=2000)
+    found.append(("mixed-step-both-swa-groups", 2,
+                  ("groups", whole, steps.second_group(gen, whole)), {}, None))
     found += [
         ("prefill", 0, steps.step(gen, 2, query_lens=[20, 9], context=3000), {}, None),
-        ("mixed", 0, steps.step(gen, 4, query_lens=[1, 1, 1, 30], context=5000), {}, None),
+        ("mixed", 1, steps.step(gen, 4, query_lens=[1, 1, 1, 30], context=5000), {}, None),
+        ("mixed-many-decodes-two-prefills", 1,
+         steps.step(gen, 22, query_lens=[1] * 20 + [40, 7], context=3000), {"cls": "flashmla"},
+         None),
+        ("mixed-padding-tokens-past-the-prefill", 1,
+         steps.step(gen, 3, query_lens=[1, 1, 25], num_tokens=30), {}, None),
+        ("mixed-prefill-first", 0, steps.step(gen, 3, query_lens=[12, 1, 1], context=900), {},
+         None),
+        ("mixed-speculative-decoding-builder", 0,
+         steps.step(gen, 3, query_lens=[1, 1, 9], context=900),
+         {"config": steps.vllm_config(speculative_tokens=1)}, None),
         ("empty-step", 0, steps.step(gen, 0, padded=3, num_tokens=0), {}, None),
         ("speculative-decoding-builder", 0, steps.step(gen, 4, query_lens=[2, 2, 2, 2]),
          {"config": steps.vllm_config(speculative_tokens=1)}, None),

@@ -4,8 +4,9 @@ Two of vLLM's ``DeepseekSparseSWAMetadataBuilder`` (or FlashMLA's subclass) on t
 poisoned alike; the off side is vLLM's own ``build`` with vLLM's own SWA rows kernel object
 and token map, the on side every installed stand-in (the SWA decode table covering every
 key). Over generated decode batches (1 to 512 requests at 4K to 1M contexts, CUDA-graph
-padded ones, all padding, decode tokens past the requests, given replay starts) and the
-steps that stay vLLM's (prefill, mixed): every field of the metadata and every builder
+padded ones, all padding, decode tokens past the requests, given replay starts), mixed
+steps (decodes then prefills, generated too) and the steps that stay vLLM's (prefill only,
+a prefill before the decodes): every field of the metadata and every builder
 tensor, whole, bit for bit; and a whole step of both SWA groups through vLLM's
 ``build_attn_metadata``. Then the same builds captured in CUDA graphs and replayed with new
 inputs in the captured tensors (the builder buffers both sides leave must agree with an
@@ -112,9 +113,17 @@ def _ladder(gen: torch.Generator, device: torch.device
         ("replay-start", True, replayed, "flashmla", steps.replay_start(gen, replayed)),
         ("prefill", False, steps.step(gen, 2, query_lens=[2048, 900], context=4096,
                                       device=device), "base", None),
-        ("mixed", False, steps.step(gen, 65, query_lens=[1] * 64 + [2048], context=1 << 17,
-                                    device=device), "flashmla", None),
+        ("mixed", True, steps.step(gen, 65, query_lens=[1] * 64 + [2048], context=1 << 17,
+                                   device=device), "flashmla", None),
+        ("mixed-8-at-1M-4x1024", True, steps.step(gen, 12, query_lens=[1] * 8 + [1024] * 4,
+                                                  context=1 << 20, device=device), "base", None),
+        ("mixed-256-4096", True, steps.step(gen, 257, query_lens=[1] * 256 + [4096],
+                                            context=1 << 17, device=device), "base", None),
+        ("prefill-before-decodes", False, steps.step(gen, 3, query_lens=[700, 1, 1],
+                                                     context=4096, device=device), "base", None),
     ]
+    mixed = steps.step(gen, 33, query_lens=[1] * 32 + [500], context=2000, device=device)
+    found.append(("mixed-replay-start", True, mixed, "flashmla", steps.replay_start(gen, mixed)))
     for seed in range(12):
         g = torch.Generator().manual_seed(seed)
         pick = lambda n, g=g: int(torch.randint(0, n, (1,), generator=g))  # noqa: E731
@@ -123,6 +132,15 @@ def _ladder(gen: torch.Generator, device: torch.device
         cam = steps.step(gen, real, padded=padded, device=device,
                          context=[300, 4096, 1 << 17, 1 << 20][pick(4)])
         found.append((f"random-{seed}", True, cam, ["base", "flashmla"][pick(2)],
+                      steps.replay_start(gen, cam) if pick(2) else None))
+    for seed in range(12, 20):
+        g = torch.Generator().manual_seed(seed)
+        pick = lambda n, g=g: int(torch.randint(0, n, (1,), generator=g))  # noqa: E731
+        decodes = 1 + pick(256)
+        prefills = [2 + pick(2047) for _ in range(1 + pick(3))]
+        cam = steps.step(gen, decodes + len(prefills), query_lens=[1] * decodes + prefills,
+                         device=device, context=[4096, 1 << 17, 1 << 20][pick(3)])
+        found.append((f"random-mixed-{seed}", True, cam, ["base", "flashmla"][pick(2)],
                       steps.replay_start(gen, cam) if pick(2) else None))
     return found
 
@@ -145,13 +163,16 @@ def test_vllms_builders_give_identical_metadata_and_buffers_on_and_off(sides: Si
         assert steps.views(off, want) == steps.views(on, got), label
         assert sides.dispatch.hits - before == int(hit), label
         hits += hit
-    assert hits >= 35
+    assert hits >= 47
 
 
 def test_a_whole_step_of_both_swa_groups(sides: Sides) -> None:
     gen = torch.Generator().manual_seed(3)
-    for real, padded, context in ((64, None, 1 << 17), (500, 512, 1 << 20), (1, None, 4096)):
-        cam = steps.step(gen, real, padded=padded, context=context, device=sides.device)
+    for real, padded, context, lens in ((64, None, 1 << 17, None), (500, 512, 1 << 20, None),
+                                        (1, None, 4096, None),
+                                        (12, None, 1 << 20, [1] * 8 + [1024] * 4)):
+        cam = steps.step(gen, real, padded=padded, context=context, device=sides.device,
+                         query_lens=lens)
         second = steps.second_group(gen, cam)
         built = {}
         for side in ("off", "on"):
@@ -231,4 +252,4 @@ def test_no_compile_after_the_builders_warm_up(sides: Sides) -> None:
         sides.build("on", on, cam, *((False, replay) if replay is not None else ()))
     torch.cuda.synchronize(sides.device)
     assert kernels_swd.compile_count() == compiled
-    assert sides.dispatch.hits - before >= 35
+    assert sides.dispatch.hits - before >= 47

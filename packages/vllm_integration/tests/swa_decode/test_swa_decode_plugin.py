@@ -91,6 +91,16 @@ class Sides(checks.Sides):
 STAND_IN_RANGE = "test.vllm_stand_in"
 
 
+def prefill_metadata(out: torch.Tensor, seq_lens: torch.Tensor, qsl: torch.Tensor,
+                     replay: torch.Tensor, num_prefills: int, num_decodes: int,
+                     window: int) -> None:
+    """vLLM's prefill metadata kernel for both sides (it cannot run here): a function of
+    every argument it takes, so both sides agree only when they call it alike."""
+    lo, hi = num_decodes, num_decodes + num_prefills
+    with torch.profiler.record_function(STAND_IN_RANGE):
+        out.copy_(seq_lens[lo:hi] - replay[lo:hi] + (qsl[lo + 1:hi + 1] - qsl[lo:hi]) * window)
+
+
 @pytest.fixture
 def sides(pristine_vllm: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Sides]:
     module = importlib.import_module(steps.MODULE)
@@ -108,6 +118,7 @@ def sides(pristine_vllm: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Ite
 
     monkeypatch.setattr(importlib.import_module(steps.METADATA), "compute_token_to_req_indices",
                         token_map)
+    monkeypatch.setattr(module, "_COMPUTE_PREFILL_METADATA_KERNEL", prefill_metadata)
     with steps.plan_holders(module) as plans:
         yield Sides(module, cls, *started, maps, rows, plans)
     plugin.unregister()
@@ -324,10 +335,45 @@ def assert_vllms(sides: Sides, builder: Any, cam: Any) -> None:
     assert len(sides.maps) == maps
 
 
-def test_steps_with_prefills_or_longer_queries_are_vllms(sides: Sides) -> None:
+def test_mixed_steps_are_identical_and_taken_over(sides: Sides) -> None:
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 1 << 30, (1,))))
+    for lens, tokens, context in (([1, 1, 1, 30], None, 5000), ([1] * 20 + [40, 7], None, 300),
+                                  ([1, 1, 25], 30, 1 << 20), ([1, 9], None, 2),
+                                  ([1] * 7 + [33], None, 1 << 17)):
+        cam = steps.step(gen, len(lens), query_lens=lens, num_tokens=tokens, context=context)
+        calls = len(sides.rows.calls)
+        _, got = compare(sides, cam, hit=True, seed=len(lens))
+        off_decode, off_prefill, on_prefill = sides.rows.calls[calls:]
+        assert off_decode[1]["token_offset"] == 0
+        # The prefill rows go to the module's rows kernel object with vLLM's arguments.
+        assert steps.differences(off_prefill, on_prefill, "prefill rows call") == []
+        decodes = lens.count(1)
+        assert got.num_decodes == got.num_decode_tokens == decodes
+        assert got.num_prefills == len(lens) - decodes
+        assert got.num_prefill_tokens == (tokens or sum(lens)) - decodes
+        assert got.prefill_swa_indices.shape == (got.num_prefill_tokens, 1, 128)
+        assert got.prefill_gather_lens is not None and got.max_decode_query_len == 1
+        assert on_prefill[1] == {"num_tokens": got.num_prefill_tokens,
+                                 "token_offset": decodes, "has_image": False}
+
+
+def test_mixed_steps_with_image_spans_are_vllms(sides: Sides) -> None:
+    gen = torch.Generator().manual_seed(12)
+    builder = steps.make_builder()
+    cam = steps.step(gen, 3, query_lens=[1, 1, 30], context=900)
+    builder.max_image_tokens = 16
+    assert_vllms(sides, builder, dataclasses.replace(cam, mm_req_doc_ranges={2: [(3, 9)]}))
+    # Without spans in the step, the same builder's mixed step is dsv4's.
+    off, on = steps.make_builder(), steps.make_builder()
+    off.max_image_tokens = on.max_image_tokens = 16
+    compare(sides, dataclasses.replace(cam, mm_req_doc_ranges={2: []}), hit=True,
+            builders=(off, on))
+
+
+def test_steps_with_prefills_first_or_longer_queries_are_vllms(sides: Sides) -> None:
     gen = torch.Generator().manual_seed(10)
     builder = steps.make_builder()
-    assert_vllms(sides, builder, steps.step(gen, 4, query_lens=[1, 1, 9, 3]))
+    assert_vllms(sides, builder, steps.step(gen, 4, query_lens=[9, 1, 1, 3]))
     assert_vllms(sides, builder, steps.step(gen, 2, query_lens=[5, 7]))
     assert_vllms(sides, builder, steps.step(gen, 3, query_lens=[2, 2, 2]))
     # The host says a query is longer than one token: vLLM's split decides.
