@@ -219,14 +219,17 @@ def annotated(builders: Builders) -> Iterator[None]:
         undo.append(lambda b=builder: delattr(b, "build"))
 
     def wrap_class(cls: type, attr: str, name: Callable[[Any], str]) -> None:
-        original = cls.__dict__[attr]
+        # The method may be inherited (stand-ins sharing a base class): wrap it on ``cls``
+        # itself and afterwards leave ``cls`` as it was.
+        own = attr in cls.__dict__
+        original = cls.__dict__[attr] if own else getattr(cls, attr)
 
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             with record_function(KERNEL + name(self)):
                 return original(self, *args, **kwargs)
 
         setattr(cls, attr, method)
-        undo.append(lambda: setattr(cls, attr, original))
+        undo.append(lambda: setattr(cls, attr, original) if own else delattr(cls, attr))
 
     wrap_class(VllmTritonJitKernel, "launch", lambda k: f"vllm.{type(k).__name__}")
     for target in registry.targets().values():
