@@ -239,7 +239,13 @@ class SWADecodeDispatch(BuilderMethodDispatch):
             decodes, prefills, t, p = n, 0, m, 0
         elif longest > threshold == 1:
             # A mixed step (or a prefill-only one): vLLM's own split finds the boundary.
-            # Its decodes then have one token each, as in a decode-only step.
+            # Its decodes then have one token each, as in a decode-only step. A prefill
+            # first means no decodes in vLLM's split (it reads the same two entries): that
+            # is told apart here for less than the split costs, as vLLM's build splits
+            # again.
+            start, stop = cam.query_start_loc_cpu[:2].tolist()
+            if stop - start > threshold:
+                return None
             decodes, prefills, t, p = state[1].split_decodes_and_prefills(
                 cam, decode_threshold=threshold)
             if not (type(t) is int and type(p) is int and t >= 1 and p >= 1
