@@ -30,6 +30,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from dsv4_kernels._swa_rows import store_padding_rows, store_window_rows
+
 # Every non-constexpr parameter: none of them is part of the compile key. A test checks
 # this list is exactly the kernel's non-constexpr parameters, in order.
 RUNTIME_ARGS: tuple[str, ...] = (
@@ -104,16 +106,11 @@ def swa_decode_kernel(
     live = tl.load(slot_mapping_ptr + rows, mask=in_batch, other=-1) >= 0
     req = tl.load(token_to_req_ptr + rows, mask=in_batch, other=0)
     out_row = indices_ptr + rows.to(tl.int64) * indices_stride
-    lane = tl.arange(0, COLS_PER_PROGRAM)
     if tl.max(live.to(tl.int32), axis=0) == 0:
         # Only padding (or rows past the batch): length 0 and a row of -1, no request
         # read at all. CUDA-graph padding makes whole programs of these.
-        tl.store(lens_ptr + rows, tl.zeros_like(rows), mask=in_batch)
-        for first in range(0, index_width, COLS_PER_PROGRAM):
-            cols = first + lane
-            tl.store(out_row[:, None] + cols[None, :], tl.full(
-                (TOKENS_PER_PROGRAM, COLS_PER_PROGRAM), -1, tl.int32),
-                mask=in_batch[:, None] & (cols < index_width)[None, :])
+        store_padding_rows(out_row, lens_ptr, rows, in_batch, index_width,
+                           TOKENS_PER_PROGRAM, COLS_PER_PROGRAM)
         return
     req = tl.where(live, req, 0)
     query_start = tl.load(query_start_ptr + req, mask=live, other=0)
@@ -126,15 +123,8 @@ def swa_decode_kernel(
     tl.store(lens_ptr + rows, length, mask=in_batch)
 
     table_row = block_table_ptr + req.to(tl.int64) * block_table_stride
-    for first in range(0, index_width, COLS_PER_PROGRAM):
-        cols = first + lane
-        shown = cols[None, :] < length[:, None]
-        at = start[:, None] + cols[None, :]
-        block = at // block_size
-        physical = tl.load(table_row[:, None] + block, mask=shown, other=0)
-        slots = tl.where(shown, physical * block_size + (at - block * block_size), -1)
-        tl.store(out_row[:, None] + cols[None, :], slots,
-                 mask=in_batch[:, None] & (cols < index_width)[None, :])
+    store_window_rows(out_row, table_row, start, length, in_batch, index_width, block_size,
+                      COLS_PER_PROGRAM)
 
 
 def compiled_binaries() -> int:
