@@ -321,6 +321,9 @@ def test_vllms_own_rows_kernel_and_a_step_through_vllms_builders(tmp_path: Path,
     assert data["swa_builders"] == 2
     for row in data["points"]:
         assert row["differences"] == [], (seed, row)
-        covered = row["kind"] in ("decode", "padded")
+        # Decode-only and mixed steps are taken over (a mixed step's decode half); prefill
+        # steps stay vLLM's.
+        covered = row["kind"] in ("decode", "padded", "mixed")
         assert row["hits"] == (data["swa_builders"] if covered else 0), row
+    assert {"mixed", "prefill"} <= {row["kind"] for row in data["points"]}
     assert data["hits"] >= 10
