@@ -47,7 +47,10 @@ def test_candidates_are_tiles_the_policy_accepts() -> None:
     assert (1, 1, 1) in tune.CANDIDATES
     for tile in tune.CANDIDATES:
         assert policy.tile_problems(*tile) == [], tile
-    assert tune.BOXES == [(1, 1), (2, 64), (65, 512), (513, 8192)]
+    # The boxes tile T = 1..8,192 without a gap or an overlap, T=1 alone.
+    assert tune.BOXES[0] == (1, 1) and tune.BOXES[-1][1] == 8192
+    for (_, hi), (lo, top) in zip(tune.BOXES, tune.BOXES[1:], strict=False):
+        assert lo == hi + 1 and top >= lo
     assert sorted(tune.HEADS) == [8, 16, 32, 64, 128]
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from dsv4_kernels.fused_inv_rope_fp8_quant import checks, launch, reference, testing
 
 pytestmark = pytest.mark.gpu
@@ -188,3 +190,100 @@ def test_no_compile_after_warmup_for_any_token_count(tables: dict) -> None:
                 _ours(case, tensors, key[:3])
     torch.cuda.synchronize()
     assert launch.compile_count() == before
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_special_values_bitwise(tables: dict, tma: bool) -> None:
+    """The extremes, subnormals and signed zeros of :func:`testing.add_special_values`:
+    every tile writes the specification's bytes (which divides each lane by its scale)
+    and scales. (Infinities and NaN are compared with vLLM's own kernel in the bench's
+    bitwise sweep: what Triton's clamp does with a NaN is the kernel's, not torch's.)"""
+    case = testing.Case(64, 8, 8, tma, True, seed=31)
+    o, pos, cache = case.tensors("cuda", tables["compress"])
+    testing.add_special_values(o)
+    want = _spec(o, pos, cache, *case.args())
+    if not tma:
+        assert (want[1] == 2.0 ** 120).any() and (want[1] == 2.0 ** -42).any()
+    for tile in TILES:
+        testing.assert_same(_ours(case, (o, pos, cache), tile), want, f"special values {tile}")
+
+
+@triton.jit(do_not_specialize=["n", "spin_ns"])
+def _late_copy(src_ptr, dst_ptr, n, spin_ns, BLOCK: tl.constexpr, launch_pdl: tl.constexpr):
+    """Copy ``src`` to ``dst`` after spinning ``spin_ns``; with ``launch_pdl`` it first
+    lets its dependents launch and never waits on its own predecessor, so a dependent
+    that does not wait runs during the spin, and this kernel itself can read before its
+    predecessor has written (the control reader below)."""
+    if launch_pdl:
+        tl.extra.cuda.gdc_launch_dependents()
+    start = tl.extra.cuda.globaltimer()
+    while tl.extra.cuda.globaltimer() - start < spin_ns:
+        pass
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def _copy_late(src: torch.Tensor, dst: torch.Tensor, spin_ns: int) -> None:
+    n = src.numel()
+    _late_copy[(triton.cdiv(n, 1024),)](src, dst, n, spin_ns, BLOCK=1024, launch_pdl=True)
+
+
+SPIN_NS = 200_000
+"""How long the late writer holds ``o`` back: far longer than a launch takes to follow."""
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_pdl_wait_guards_o(tables: dict, graph: bool) -> None:
+    """The body reads the positions and their cos/sin rows before its PDL wait and ``o``
+    after it. Here the kernel just before it releases its dependents at once, spins for
+    200 µs and only then writes ``o``; the positions were written by an ordinary copy
+    before that, as vLLM's step writes them before the forward. The output must be the
+    specification of the new ``o`` and positions, eagerly and replayed from a graph.
+
+    The control shows that the setup really overlaps the two kernels: a reader launched
+    the same way that does not wait copies out the old ``o``."""
+    case = testing.Case(64, 8, 8, False, True, seed=41)
+    o, pos, cache = case.tensors("cuda", tables["compress"])
+    new_o, new_pos, _ = testing.Case(64, 8, 8, False, True, seed=42).tensors(
+        "cuda", tables["compress"])
+    old_o, old_pos, seen = o.clone(), pos.clone(), torch.empty_like(o)
+
+    def step() -> Any:
+        pos.copy_(new_pos)
+        _copy_late(new_o, o, SPIN_NS)
+        return _ours(case, (o, pos, cache), (1, 2, 1), launch_pdl=True)
+
+    def control() -> None:
+        _copy_late(new_o, o, SPIN_NS)
+        _copy_late(o, seen, 0)
+
+    def reset() -> None:
+        o.copy_(old_o)
+        pos.copy_(old_pos)
+        seen.fill_(0)
+        torch.cuda.synchronize()
+
+    want = _spec(new_o, new_pos, cache, *case.args())
+    step()  # builds every binary, so nothing compiles between the two launches
+    control()
+    reset()
+    if graph:
+        captured, checked = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            res = step()
+        with torch.cuda.graph(checked):
+            control()
+        reset()
+        captured.replay()
+        torch.cuda.synchronize()
+        testing.assert_same(res, want, "pdl wait, graph replay")
+        reset()
+        checked.replay()
+    else:
+        res = step()
+        torch.cuda.synchronize()
+        testing.assert_same(res, want, "pdl wait, eager")
+        reset()
+        control()
+    torch.cuda.synchronize()
+    assert torch.equal(seen, old_o), "the control reader did not overlap the late writer"

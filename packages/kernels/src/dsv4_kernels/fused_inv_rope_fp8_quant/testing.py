@@ -107,6 +107,33 @@ def attention_output(num_tokens: int, num_heads: int, head_dim: int = HEAD_DIM, 
     return blocks.reshape(num_tokens, num_heads, head_dim).to(dtype)
 
 
+def add_special_values(o: torch.Tensor, *, non_finite: bool = False) -> torch.Tensor:
+    """Write into ``o`` (at least 8 tokens and 8 heads of 512 lanes) the values block
+    quantisation must get right besides ordinary ones: bf16's largest finite value (the
+    largest scale, ``2**120``), subnormal bf16 values alone (an amax below eps, the
+    smallest scale ``2**-42``) and beside a large outlier (quotients below fp32's normal
+    range), a lone tiny value in a zero block, and negative zeros; with ``non_finite``
+    also +inf, -inf (an infinite scale) and a NaN. Returns ``o``."""
+    big = torch.finfo(torch.bfloat16).max
+    tiny = torch.finfo(torch.bfloat16).smallest_normal / 128
+    o[2, 3, 7] = big
+    o[2, 3, 8] = -big
+    o[3, 1, 0:128] = tiny
+    o[3, 1, 1:128:2] = -tiny
+    o[4, 4, 300] = 3.0e38
+    o[4, 4, 301:384] = tiny * 5
+    o[5, 5, 0:64] = -0.0
+    o[6, 6, 448:512] = tiny
+    o[7, 7, 128:256] = 0.0
+    o[7, 7, 129] = 1.0e-30
+    if non_finite:
+        o[0, 0, 5] = float("inf")
+        o[1, 2, 200] = -float("inf")
+        o[1, 5, 470] = float("inf")
+        o[6, 0, 33] = float("nan")
+    return o
+
+
 def positions(num_tokens: int, *, seed: int, max_position: int = MAX_POSITION,
               device: str | torch.device = "cpu") -> torch.Tensor:
     """Seeded int64 positions in ``[0, max_position)``, the two ends included when room."""

@@ -197,9 +197,34 @@ def test_bitwise_equal_to_vllm_over_generated_calls(device, arch, upstream, key_
         if problem:
             mismatches.append(problem)
         del call
+    special = _special_value_calls(device, arch, upstream, mismatches)
     RESULTS["equality"] = {"seed": key_seed, "calls": EQUAL_CALLS, "table_hits": hits,
-                           "tiles": tiles, "mismatches": mismatches}
+                           "tiles": tiles, "special_value_calls": special,
+                           "mismatches": mismatches}
     print(f"\nbitwise sweep: {EQUAL_CALLS} calls (seed {key_seed}), {hits} table hits, "
+          f"{special} calls with infinities, NaN, subnormals and extremes, "
           f"{len(mismatches)} mismatches")
     problems = gates.equality_failures(RESULTS["equality"])  # type: ignore[arg-type]
     assert not problems, problems[:5]
+
+
+def _special_value_calls(device, arch: str, upstream, mismatches: list) -> int:
+    """Calls whose ``o`` holds +-inf, NaN, subnormals, bf16's extremes and signed zeros
+    (:func:`testing.add_special_values`), 8 and 64 heads, both scale layouts, at the
+    table's tile and every check tile: vLLM's kernel is the oracle here, since what a
+    NaN becomes is Triton's clamp and cast, the same in both kernels. Appends what
+    differs to ``mismatches``; returns how many calls were compared."""
+    count = 0
+    for t, groups, tma in ((8, 1, False), (67, 1, True), (64, 8, False), (130, 8, True)):
+        case = testing.Case(t, groups, 8, tma, True, seed=7 * t + groups)
+        call = h.call_of(case, device)
+        testing.add_special_values(call.tensors[0], non_finite=True)
+        table_tile = h.resolved_tile(call.shape, arch)
+        for tile in dict.fromkeys((*h.CHECK_TILES, table_tile)):
+            if tile == h.BASELINE:
+                continue
+            problem = h.mismatch(call, tile, upstream)
+            if problem:
+                mismatches.append(f"special values: {problem}")
+            count += 1
+    return count
