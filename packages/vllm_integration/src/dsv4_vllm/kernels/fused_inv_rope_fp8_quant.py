@@ -23,6 +23,14 @@ knows without reading device memory (T = ``num_tokens``, local heads = ``grid[1]
   whose dtypes the warm-up does not build, or one dsv4's checks refuse before writing
   anything), so the result is upstream's by construction.
 
+What a hit relies on at this call site: dsv4's body reads ``positions`` and their
+``cos_sin_cache`` rows before its PDL wait and ``o`` after it
+(:mod:`dsv4_kernels.fused_inv_rope_fp8_quant.kernel`). Here ``positions`` is the step's
+input, copied into vLLM's persistent buffer before the forward (and before a graph
+replays), and ``cos_sin_cache`` is the layer's rotary table, written at model load; the
+kernels that run just before this op (the attention that writes ``o``) write neither, and
+those are all a PDL launch can overlap.
+
 Every other attribute (``register_warmup``'s vLLM half, ``get_warmup_keys``, ``compile``,
 ``kernel``, ``CompileKey``, ...) is vLLM's object's, so vLLM's own warm-up of its kernel
 stays as it is: every miss needs those binaries.
