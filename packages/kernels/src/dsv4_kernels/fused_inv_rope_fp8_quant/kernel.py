@@ -35,10 +35,8 @@ loads while no stride is ever specialised into a binary.
 Bit-identity with vLLM's kernel comes from doing every floating-point operation of an
 element in the same form and order: ``.to(float32)`` of the loaded value; partner lane
 ``d ^ 1`` of each rope lane; ``x * cos + x_partner * sin`` and ``x * cos - x_partner *
-sin`` as the fused multiply-adds vLLM's compiled kernel forms from them,
-``fma(x, cos, +-(x_partner * sin))``, written out with ``tl.fma`` (left to the compiler,
-the contraction followed the order of the loads: moving the cos/sin loads before the
-PDL wait made it fuse the other product on fp32 inputs), chosen by the lane's parity;
+sin`` written as vLLM writes them (so the compiler contracts them into the same fused
+multiply-adds) and chosen by the lane's parity;
 ``max(|x|)`` per block (exact in any order), ``maximum(amax, eps)``, ``* (1.0 /
 fp8_max)``, ``exp2(ceil(log2(.)))``,
 ``clamp(-fp8_max, fp8_max)`` and the ``float8e4nv`` cast; the UE8M0 byte is bits 23..30
@@ -190,12 +188,8 @@ def fused_inv_rope_fp8_quant_kernel(
     xr = tl.load(row_src[:, None] + NOPE_DIM + j, mask=live2, other=0.0).to(tl.float32)
     x_partner = tl.load(row_src[:, None] + ((NOPE_DIM + j) ^ 1), mask=live2,
                         other=0.0).to(tl.float32)
-    # vLLM writes x * cos + x_partner * sin and x * cos - x_partner * sin, which its
-    # compile contracts to fma(x, cos, +-(x_partner * sin)); written out here, so the
-    # rounding never depends on how the compiler schedules the loads.
-    partner_sin = x_partner * sin_v
-    x_add = tl.fma(xr, cos_v, partner_sin)
-    x_sub = tl.fma(xr, cos_v, -partner_sin)
+    x_add = xr * cos_v + x_partner * sin_v
+    x_sub = xr * cos_v - x_partner * sin_v
     rope = tl.where((j & 1) == 0, x_add, x_sub)
 
     # vLLM's output buffer (n_groups, num_tokens, d), contiguous (checks.py): strides
