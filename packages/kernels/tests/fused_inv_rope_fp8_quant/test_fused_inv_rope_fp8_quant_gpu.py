@@ -208,36 +208,47 @@ def test_special_values_bitwise(tables: dict, tma: bool) -> None:
         testing.assert_same(_ours(case, (o, pos, cache), tile), want, f"special values {tile}")
 
 
-@triton.jit(do_not_specialize=["n", "spin_ns"])
-def _late_copy(src_ptr, dst_ptr, n, spin_ns, BLOCK: tl.constexpr, launch_pdl: tl.constexpr):
-    """Copy ``src`` to ``dst`` after spinning ``spin_ns``; with ``launch_pdl`` it first
-    lets its dependents launch and never waits on its own predecessor, so a dependent
-    that does not wait runs during the spin, and this kernel itself can read before its
-    predecessor has written (the control reader below)."""
+@triton.jit(do_not_specialize=["n", "spin"])
+def _late_copy(src_ptr, dst_ptr, sink_ptr, n, spin, BLOCK: tl.constexpr,
+               launch_pdl: tl.constexpr):
+    """Copy ``src`` to ``dst`` after ``spin`` dependent volatile loads (each a round trip
+    to memory, which no compiler may drop); with ``launch_pdl`` it first lets its
+    dependents launch and never waits on its own predecessor, so a dependent that does
+    not wait runs during the spin, and this kernel itself, as a reader, can copy before
+    its predecessor has written (the control below)."""
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
-    start = tl.extra.cuda.globaltimer()
-    while tl.extra.cuda.globaltimer() - start < spin_ns:
-        pass
+    acc = tl.zeros((), dtype=tl.int32)
+    i = 0
+    while i < spin:
+        acc += tl.load(sink_ptr + (acc & 1), volatile=True)
+        i += 1
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+    tl.store(sink_ptr + 2 + tl.program_id(0), acc)
 
 
-def _copy_late(src: torch.Tensor, dst: torch.Tensor, spin_ns: int) -> None:
+def _copy_late(src: torch.Tensor, dst: torch.Tensor, spin: int, sink: torch.Tensor) -> None:
+    """One launch and nothing else (``sink`` is allocated by the caller, so no other
+    kernel comes between two of these)."""
     n = src.numel()
-    _late_copy[(triton.cdiv(n, 1024),)](src, dst, n, spin_ns, BLOCK=1024, launch_pdl=True)
+    grid = triton.cdiv(n, 1024)
+    assert sink.numel() >= grid + 2
+    _late_copy[(grid,)](src, dst, sink, n, spin, BLOCK=1024, launch_pdl=True)
 
 
-SPIN_NS = 200_000
-"""How long the late writer holds ``o`` back: far longer than a launch takes to follow."""
+SPIN = 4000
+"""Dependent loads the late writer makes before it writes ``o``: well over 100 µs on a
+current GPU, far longer than a launch takes to follow it."""
 
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_pdl_wait_guards_o(tables: dict, graph: bool) -> None:
     """The body reads the positions and their cos/sin rows before its PDL wait and ``o``
-    after it. Here the kernel just before it releases its dependents at once, spins for
-    200 µs and only then writes ``o``; the positions were written by an ordinary copy
-    before that, as vLLM's step writes them before the forward. The output must be the
+    after it. Here the kernel just before it releases its dependents at once, spins
+    through thousands of dependent loads and only then writes ``o``; the positions were
+    written by an ordinary copy before that, as vLLM's step writes them before the
+    forward. The output must be the
     specification of the new ``o`` and positions, eagerly and replayed from a graph.
 
     The control shows that the setup really overlaps the two kernels: a reader launched
@@ -247,15 +258,16 @@ def test_pdl_wait_guards_o(tables: dict, graph: bool) -> None:
     new_o, new_pos, _ = testing.Case(64, 8, 8, False, True, seed=42).tensors(
         "cuda", tables["compress"])
     old_o, old_pos, seen = o.clone(), pos.clone(), torch.empty_like(o)
+    sink = torch.zeros(triton.cdiv(o.numel(), 1024) + 2, dtype=torch.int32, device="cuda")
 
     def step() -> Any:
         pos.copy_(new_pos)
-        _copy_late(new_o, o, SPIN_NS)
+        _copy_late(new_o, o, SPIN, sink)
         return _ours(case, (o, pos, cache), (1, 2, 1), launch_pdl=True)
 
     def control() -> None:
-        _copy_late(new_o, o, SPIN_NS)
-        _copy_late(o, seen, 0)
+        _copy_late(new_o, o, SPIN, sink)
+        _copy_late(o, seen, 0, sink)
 
     def reset() -> None:
         o.copy_(old_o)
