@@ -90,22 +90,29 @@ def test_head_counts_and_token_counts(tables: dict, heads: tuple[int, int], t: i
             testing.assert_same(_ours(case, tensors, tile), theirs, f"{case} {tile}")
 
 
-def test_rotation_rounding_in_fp32(tables: dict) -> None:
-    """With fp32 ``o`` and no quantisation the rotated values come out unrounded: the
-    kernel computes ``fma(x, cos, x_partner * sin)`` (the reference's ``fma_cos``, vLLM's
-    contraction), at every tile, and the other two roundings differ in many lanes."""
-    case = testing.Case(256, 8, 8, False, False, seed=11)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_other_o_dtypes_are_refused_before_anything_is_written(tables: dict,
+                                                               dtype: torch.dtype) -> None:
+    """Only bf16 ``o`` is taken (:data:`checks.O_DTYPES`): with fp32 the compiler fuses
+    the rotation's other product, so those bytes would not be vLLM's. The function and
+    the kernel-object entry raise a ValueError naming ``o`` and leave poisoned buffers
+    as they were (the plugin then runs vLLM's kernel)."""
+    case = testing.Case(64, 8, 8, False, True, seed=11)
     o, pos, cache = case.tensors("cuda", tables["compress"])
-    o32 = o.float() * (1 + torch.rand(o.shape, device="cuda") * 1e-3)
-    want = reference.fused_inv_rope_fp8_quant(o32, pos, cache, *case.args(), rotation="fma_cos")
-    for other in ("fma_sin", "separate"):
-        assert testing.mismatches(reference.fused_inv_rope_fp8_quant(
-            o32, pos, cache, *case.args(), rotation=other)[0], want[0]) > 1000
-    for tile in TILES:
-        out = launch.fused_inv_rope_fp8_quant(o32, pos, cache, *case.args(),
-                                              tokens_per_program=tile[0],
-                                              heads_per_program=tile[1], num_warps=tile[2])
-        testing.assert_same(out, want, f"fp32 {tile}")
+    wide = o.to(dtype)
+    with pytest.raises(ValueError, match=r"o: got dtype torch\.float.*expected torch\.bfloat16"):
+        launch.fused_inv_rope_fp8_quant(wide, pos, cache, *case.args())
+    checked = checks.check_inputs(o, pos, cache, *case.args())
+    out_buf, scale_buf = launch.allocate(checked, o.dtype, case.n_groups, False, True)
+    testing.poison_like_vllm(out_buf, scale_buf)
+    before = (testing.bits(out_buf).clone(),
+              testing.bits(testing.scale_storage(scale_buf.transpose(0, 1))).clone())
+    with pytest.raises(ValueError, match="o: got dtype"):
+        launch.kernel_call(wide, pos, cache, out_buf, scale_buf, case.num_tokens,
+                           **_kernel_kwargs(case, True))
+    torch.cuda.synchronize()
+    assert torch.equal(testing.bits(out_buf), before[0])
+    assert torch.equal(testing.bits(testing.scale_storage(scale_buf.transpose(0, 1))), before[1])
 
 
 def _kernel_kwargs(case: testing.Case, pdl: bool) -> dict:

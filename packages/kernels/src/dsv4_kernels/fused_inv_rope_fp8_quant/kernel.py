@@ -35,11 +35,8 @@ loads while no stride is ever specialised into a binary.
 Bit-identity with vLLM's kernel comes from doing every floating-point operation of an
 element in the same form and order: ``.to(float32)`` of the loaded value; partner lane
 ``d ^ 1`` of each rope lane; ``x * cos + x_partner * sin`` and ``x * cos - x_partner *
-sin`` as the fused multiply-adds vLLM's compiled kernel makes of them, ``fma(x, cos,
-+-(x_partner * sin))``, emitted as those very PTX instructions (``mul.rn.f32`` and
-``fma.rn.f32``, with ``EXACT_FMA``; left to the compiler, which product it fused
-depended on where the loads sat and on the input dtype once the cos/sin loads moved
-before the PDL wait), chosen by the lane's parity;
+sin`` written as vLLM writes them (so the compiler contracts them into the same fused
+multiply-adds) and chosen by the lane's parity;
 ``max(|x|)`` per block (exact in any order), ``maximum(amax, eps)``, ``* (1.0 /
 fp8_max)``, ``exp2(ceil(log2(.)))``,
 ``clamp(-fp8_max, fp8_max)`` and the ``float8e4nv`` cast; the UE8M0 byte is bits 23..30
@@ -50,10 +47,12 @@ scale, this body multiplies it by ``1 / scale``, computed once per block. A scal
 up) and ``2**120`` (the largest bf16 over ``fp8_max``), so its reciprocal is an exact
 normal float and ``x * (1 / scale)`` is the same correctly rounded value as ``x /
 scale`` for every ``x``; an infinite block (scale ``inf``, reciprocal 0) gives signed
-zeros, and NaN for the infinite lane, as the division does (the GPU test
-``test_special_values_bitwise`` checks infinities, subnormals, signed zeros and both
-extremes). With 128 lanes per block, that leaves one division in 128 (8 heads at T=512
-on the H200: 3.76 -> 3.19 µs).
+zeros, and NaN for the infinite lane, as the division does (the kernels GPU test
+``test_special_values_bitwise`` checks subnormals, signed zeros and both extreme scales
+against the specification; the bench's bitwise sweep checks infinities and NaN against
+vLLM's kernel, since what a NaN becomes is Triton's clamp and cast). With 128 lanes
+per block, that leaves one division in 128 (8 heads at T=512 on the H200: 3.76 -> 3.19
+µs).
 
 PDL: with ``launch_pdl`` (vLLM passes ``is_arch_support_pdl()``, true on sm90+) the
 program allows its dependents to launch and then waits for its predecessor's results
@@ -72,9 +71,6 @@ overlap. ``o`` is that predecessor's output and is only read after ``gdc_wait``,
 the GPU test ``test_pdl_wait_guards_o`` checks: a preceding kernel that releases its
 dependents first and writes ``o`` last must still be seen. A caller whose positions or
 table are written by the kernel immediately before this op must launch it without PDL.
-
-``EXACT_FMA`` is off only under Triton's interpreter, which runs no inline PTX (its
-numpy arithmetic rounds the rotation its own way, which the interpreter tests model).
 
 ``ARG_DTYPES`` is not used by the body: it names the dtypes of ``o`` and ``positions``
 (which select a binary as argument types do) among the constexprs, so that a launcher
@@ -120,24 +116,9 @@ CONSTEXPRS: tuple[str, ...] = (
     "BLOCK_T",
     "BLOCK_H",
     "ARG_DTYPES",
-    "EXACT_FMA",
     "launch_pdl",
 )
 """The kernel's constexpr parameters, in signature order (after every run-time one)."""
-
-
-@triton.jit
-def _mul_rn(a, b):
-    """``a * b`` rounded once, as an instruction the compiler may not fuse into an FMA."""
-    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b],
-                                     dtype=tl.float32, is_pure=True, pack=1)
-
-
-@triton.jit
-def _fma_rn(a, b, c):
-    """``fma(a, b, c)``, exactly that instruction."""
-    return tl.inline_asm_elementwise("fma.rn.f32 $0, $1, $2, $3;", "=f,f,f,f", [a, b, c],
-                                     dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit(do_not_specialize=list(RUNTIME_ARGS))
@@ -167,7 +148,6 @@ def fused_inv_rope_fp8_quant_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_H: tl.constexpr,
     ARG_DTYPES: tl.constexpr,
-    EXACT_FMA: tl.constexpr,
     launch_pdl: tl.constexpr,
 ):
     HEAD_DIM: tl.constexpr = CHUNKS_PER_HEAD * QUANT_GROUP_SIZE
@@ -210,13 +190,8 @@ def fused_inv_rope_fp8_quant_kernel(
     xr = tl.load(row_src[:, None] + NOPE_DIM + j, mask=live2, other=0.0).to(tl.float32)
     x_partner = tl.load(row_src[:, None] + ((NOPE_DIM + j) ^ 1), mask=live2,
                         other=0.0).to(tl.float32)
-    if EXACT_FMA:
-        partner_sin = _mul_rn(x_partner, sin_v)
-        x_add = _fma_rn(xr, cos_v, partner_sin)
-        x_sub = _fma_rn(xr, cos_v, -partner_sin)
-    else:
-        x_add = xr * cos_v + x_partner * sin_v
-        x_sub = xr * cos_v - x_partner * sin_v
+    x_add = xr * cos_v + x_partner * sin_v
+    x_sub = xr * cos_v - x_partner * sin_v
     rope = tl.where((j & 1) == 0, x_add, x_sub)
 
     # vLLM's output buffer (n_groups, num_tokens, d), contiguous (checks.py): strides

@@ -257,8 +257,7 @@ def _launch(checked: Checked, o: torch.Tensor, positions: torch.Tensor, cache: t
                o.stride(1) // 16, cache.stride(0) // 16,
                scale_buf.stride(0) if quantize else 0, scale_buf.stride(2) if quantize else 0)
     constexprs = (heads_per_group, FP8_MAX, EPS, quant_group_size, checked.chunks_per_head,
-                  nope_dim, half_rope, quantize, tma, tpp, hpp, checked.arg_dtypes,
-                  not interpreting(), pdl)
+                  nope_dim, half_rope, quantize, tma, tpp, hpp, checked.arg_dtypes, pdl)
     device = checked.device
     index = (device.index if device.index is not None else torch.cuda.current_device()) if (
         device.type == "cuda") else -1
