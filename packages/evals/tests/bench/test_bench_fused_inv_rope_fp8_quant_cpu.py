@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from dsv4_evals.bench import probes
-from dsv4_evals.bench.fused_inv_rope_fp8_quant import gates, report, tune, upstream
+from dsv4_evals.bench.fused_inv_rope_fp8_quant import copy_floor, gates, report, tune, upstream
 from dsv4_evals.bench.fused_inv_rope_fp8_quant import harness as h
 from dsv4_evals.bench.registry import ReportContext
 from dsv4_policy import launch_table
@@ -158,6 +158,23 @@ def test_speed_targets_are_reported(change: dict, fragment: str | None) -> None:
         assert found == []
     else:
         assert len(found) == 1 and fragment in found[0], found
+
+
+def test_a_floor_miss_names_the_copy_floor_when_measured() -> None:
+    (line,) = gates.target_misses({**ROW, "table_us": 2.4, "copy_floor_us": 2.0})
+    assert "above 1.3x" in line and "copy floor of these bytes is 2.00 µs" in line
+    assert "1.11x the same" in line and "the table 1.20x of it" in line
+    assert gates.target_misses({**ROW, "copy_floor_us": 2.0}) == []
+
+
+def test_the_floor_table_shows_the_copy_floor_only_where_measured() -> None:
+    row = {**ROW, "bytes_total": 6_400_000, "floor_us": 1.5, "upstream_us": 5.0,
+           "upstream_vs_ideal": 2.5, "table_vs_ideal": 1.2}
+    plain = report.floor_markdown([row])
+    assert "copy floor" not in plain and "| T64-h64 |" in plain
+    both = report.floor_markdown([{**row, "copy_floor_us": 2.0}, {**row, "shape": "T1-h8"}])
+    assert "| copy floor µs | table / copy |" in both
+    assert "| 2.00 | 1.10x | yes |" in both and "| – | – | yes |" in both
 
 
 def test_key_and_equality_gates() -> None:
@@ -316,6 +333,43 @@ def test_both_kernels_write_the_same_bytes_in_the_interpreter(vllm_kernel, shape
     call = h.make_call(shape, "cpu", seed=3)
     assert h.mismatch(call, tile, vllm_kernel) is None
     assert h.outputs_equal(call, tile, vllm_kernel)
+
+
+@pytest.mark.parametrize(("tokens", "heads", "tile"), [(3, 8, (1, 1)), (5, 16, (4, 2)),
+                                                    (2, 8, (8, 4))])
+def test_the_copy_floor_writes_every_row_once(vllm_kernel, tokens, heads, tile) -> None:
+    """The copy floor's launch moves the bytes it is priced for: every FP8 lane of every
+    row and one FP32 per 128 lanes, over buffers poisoned first (rows past the last
+    program's live ones are masked, so a tile larger than the rows writes nothing extra)."""
+    import torch
+    from dsv4_kernels.fused_inv_rope_fp8_quant import testing
+
+    o = testing.attention_output(tokens, heads, seed=11)
+    run = copy_floor.CopyLaunch(o, tile, h.GROUP, launch_pdl=False)
+    run.out.view(torch.uint8).fill_(0x7F)
+    run.scales.fill_(float("nan"))
+    run()
+    rows = o.reshape(tokens * heads, -1)
+    written = run.out.view(torch.uint8)
+    assert not (written == 0x7F).any(), "a lane kept its poison (0x7F is NaN in e4m3)"
+    assert torch.equal(run.scales, rows[:, ::h.GROUP].float())
+    # Every tile writes the same bytes (the interpreter's FP8 cast is not the GPU's, so
+    # the lanes are compared across tiles rather than with torch's cast).
+    one = copy_floor.CopyLaunch(o, (1, 1), h.GROUP, launch_pdl=False)
+    one()
+    assert torch.equal(written, one.out.view(torch.uint8))
+
+
+def test_the_copy_floor_refuses_what_it_cannot_price() -> None:
+    import torch
+
+    o = torch.ones((4, 8, 512), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="contiguous bf16"):
+        copy_floor.CopyLaunch(o.transpose(0, 1), (1, 1), h.GROUP, launch_pdl=False)
+    with pytest.raises(ValueError, match="contiguous bf16"):
+        copy_floor.CopyLaunch(o.float(), (1, 1), h.GROUP, launch_pdl=False)
+    with pytest.raises(ValueError, match="not a multiple of the quantisation group 96"):
+        copy_floor.CopyLaunch(o, (1, 1), 96, launch_pdl=False)
 
 
 def test_a_differing_byte_is_caught(vllm_kernel) -> None:

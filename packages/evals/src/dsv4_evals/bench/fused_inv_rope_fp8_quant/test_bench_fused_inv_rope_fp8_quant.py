@@ -17,7 +17,10 @@ the same inputs in the same process (real DeepSeek-V4 ``cos_sin_cache``, bf16 ``
 - bitwise equality: every launch timed here, and 520 generated calls over every
   argument (T 1..8192, 8..128 heads, both scale layouts, quantize on and off, both rope
   tables), through vLLM's function and through the kernel object on poisoned buffers;
-- the floor table and the per-step estimate (x43 layers) from the anchors.
+- the floor table and the per-step estimate (x43 layers) from the anchors, each anchor
+  also against its copy floor (:mod:`.copy_floor`: the same bytes read after the PDL
+  wait and written, by the fastest of a few copy tiles), which says how much of a small
+  call's distance from (empty launch + byte floor) is latency no body removes.
 
 Every number goes to ``bench-fused_inv_rope_fp8_quant.json`` (and the tables to ``.md``)
 in the artifacts folder, with the verdict of :func:`.gates.failures` over the whole run.
@@ -30,10 +33,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from dsv4_kernels.fused_inv_rope_fp8_quant import testing
+from dsv4_kernels.fused_inv_rope_fp8_quant import launch, testing
 
 from dsv4_evals.bench import floors, paths, probes, timing
-from dsv4_evals.bench.fused_inv_rope_fp8_quant import gates, report
+from dsv4_evals.bench.fused_inv_rope_fp8_quant import copy_floor, gates, report
 from dsv4_evals.bench.fused_inv_rope_fp8_quant import harness as h
 from dsv4_evals.bench.fused_inv_rope_fp8_quant import upstream as fir_upstream
 
@@ -110,6 +113,8 @@ def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream) -> N
     moved = h.shape_bytes(shape)
     floor = h.floor_us(moved.total, float(machine["copy_bandwidth_tb_s"]) * 1e12)
     empty = float(machine["empty_launch_graph_us"])
+    copy_us, copy_tile = copy_floor.copy_floor_us(call.tensors[0], h.GROUP, launches,
+                                                  launch.default_launch_pdl(device))
     row = {"shape": shape.name, "tokens": shape.num_tokens, "heads": shape.num_heads,
            "tile": str(tile), "source": found.source, "upstream_us": base, "table_us": ours,
            "speedup": base / ours, "bytes": moved._asdict(), "bytes_total": moved.total,
@@ -117,6 +122,8 @@ def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream) -> N
                                                              h.NOMINAL_BYTES_PER_S),
            "empty_us": empty, "ideal_us": empty + floor,
            "table_vs_ideal": ours / (empty + floor), "upstream_vs_ideal": base / (empty + floor),
+           "copy_floor_us": copy_us, "copy_floor_tile": list(copy_tile),
+           "table_vs_copy": ours / copy_us,
            "identical": problem is None, "mismatch": problem,
            "baseline_unchanged": h.baseline_unchanged(shape, arch),
            "launches_per_graph": launches}
@@ -124,7 +131,7 @@ def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream) -> N
     RESULTS["anchors"].append(row)  # type: ignore[attr-defined]
     print(f"{shape.name:>10} {tile!s:>10} vLLM {base:8.2f} µs  table {ours:8.2f} µs "
           f"{base / ours:5.2f}x  {row['table_vs_ideal']:.2f}x (empty launch + floor "
-          f"{empty + floor:.2f} µs)")
+          f"{empty + floor:.2f} µs), {ours / copy_us:.2f}x the copy floor {copy_us:.2f} µs")
     del call
     problems = gates.anchor_failures(row)
     assert not problems, problems
