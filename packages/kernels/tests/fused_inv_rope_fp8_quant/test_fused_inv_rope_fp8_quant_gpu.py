@@ -215,6 +215,54 @@ def test_special_values_bitwise(tables: dict, tma: bool) -> None:
         testing.assert_same(_ours(case, (o, pos, cache), tile), want, f"special values {tile}")
 
 
+def _blocks_at_every_scale(case: testing.Case, o: torch.Tensor, seed: int) -> None:
+    """Give the 128-lane blocks of ``o`` amaxes ``448 * 2**k * m``, ``m`` in (0.5, 0.75]
+    and ``k`` cycling over -44..120, so the blocks' scales reach every power of two the
+    kernel can write, ``2**-42`` (the eps floor, which k = -44 and -43 land on) to
+    ``2**120`` (the last below bf16's largest value over 448)."""
+    blocks = o.view(-1, case.quant_group_size)
+    g = torch.Generator(device=o.device).manual_seed(seed)
+    k = torch.arange(blocks.shape[0], device=o.device) % 165 - 44
+    m = 0.5 + 0.25 * torch.rand(blocks.shape[0], generator=g, device=o.device)
+    shape = torch.rand(blocks.shape, generator=g, device=o.device) * 2 - 1
+    shape = shape / shape.abs().amax(dim=1, keepdim=True)
+    amax = 448.0 * torch.ldexp(m.double(), k.double()).clamp(max=3.3e38)
+    blocks.copy_((shape.double() * amax[:, None]).to(o.dtype))
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_every_scale_exponent_bitwise(tables: dict, tma: bool) -> None:
+    """Every scale the body can write, ``2**-42`` to ``2**120``, against the
+    specification: the body's reciprocal is made from the scale's exponent bits, so each
+    exponent is its own case. (The rotation moves the rope block's amax by up to a
+    factor of sqrt(2), which only shifts which block lands on which exponent.)"""
+    case = testing.Case(83, 1, 8, tma, True, seed=43)
+    o, pos, cache = case.tensors("cuda", tables["compress"])
+    _blocks_at_every_scale(case, o, seed=5)
+    want = _spec(o, pos, cache, *case.args())
+    if not tma:
+        found = {int(e) for e in torch.log2(want[1][want[1] > 0]).tolist()}
+        assert set(range(-42, 121)) <= found, sorted(set(range(-42, 121)) - found)
+    for tile in TILES:
+        testing.assert_same(_ours(case, (o, pos, cache), tile), want, f"every scale {tile}")
+
+
+@pytest.mark.parametrize(("nope", "group"), [(448, 128), (448, 32), (64, 32), (192, 64)])
+def test_head_geometries(dev: str, nope: int, group: int) -> None:
+    """Rope lanes inside one quantisation block (DeepSeek-V4's 448 + 64 in 128-lane
+    blocks, the body's one-block path) and over two or more (32-lane blocks, the general
+    path), bitwise against the specification at every tile."""
+    table = testing.rope_table("compress", dev)
+    for tma in (False, True):
+        case = testing.Case(37, 2, 4, tma, True, seed=nope + group, nope_dim=nope,
+                            quant_group_size=group)
+        tensors = case.tensors(dev, table)
+        want = _spec(*tensors, *case.args())
+        for tile in TILES:
+            testing.assert_same(_ours(case, tensors, tile), want,
+                                f"nope {nope}, blocks of {group}, tile {tile}")
+
+
 @triton.jit(do_not_specialize=["n", "spin"])
 def _late_copy(src_ptr, dst_ptr, sink_ptr, n, spin, BLOCK: tl.constexpr,
                launch_pdl: tl.constexpr):
