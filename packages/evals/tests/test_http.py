@@ -367,5 +367,8 @@ def test_stream_lines_end_at_any_line_break():
         assert asyncio.run(_lines(whole.url)) == want
     with RecordingServer(mode="trickle", body=body, trickle_s=0.002) as bytewise:
         got = asyncio.run(_lines(bytewise.url))
-    # One read per byte: the \r\n split across reads adds one empty line, no other change.
-    assert [x for x in got if x] == [x for x in want if x] and got.count("") == 2
+    # Byte by byte: where the \r\n after "data: a" is split across two reads it reads as
+    # two breaks (one extra empty line, right there); where the client is slow enough to
+    # get both bytes in one read it is one break. No other change either way.
+    assert [x for x in got if x] == [x for x in want if x]
+    assert got in (want, [want[0], "", *want[1:]]), got
