@@ -74,7 +74,7 @@ def slip(server: ScriptedServer, report: LadderReport | None = None) -> float:
 
 def timed(
     run: Callable[[ScriptedServer], T],
-    attempts: int = 4,
+    attempts: int = 8,
     limit: float = SLIP,
     **server_kw: Any,
 ) -> T:
