@@ -98,8 +98,8 @@ def floor_markdown(rows: Sequence[Mapping]) -> str:
         return [*cells, "yes" if r["identical"] else "NO"]
 
     note = (" The copy floor is the same bytes read after the PDL wait and written by a body "
-            "that only copies (no rotation, no amax), the fastest of a few tiles: what no "
-            "body can beat." if copies else "")
+            "that only copies (no rotation, no amax), the fastest of a few tiles: what "
+            "moving these bytes after the wait costs on this GPU." if copies else "")
     return ("Each call against (empty launch + byte floor): bytes read and written at the "
             "copy bandwidth measured in the same run, plus an empty Triton launch, both "
             f"under CUDA-graph replay.{note}\n\n" + md_table([*head, "identical"],
