@@ -151,6 +151,38 @@ def test_the_best_tile_that_wins_everywhere_is_chosen_with_its_worst_ratio() -> 
     assert sum(1 for _, t in calls if t == "base") == 2 * len(found)
 
 
+def test_the_time_objective_prefers_the_tile_that_costs_the_box_least() -> None:
+    """A box whose small calls want one tile and whose large calls want another: the
+    worst-ratio rule keeps the small calls' tile, the time rule the one that saves the
+    most time, and both still refuse a tile that loses anywhere."""
+    found = probes.box_probes({"t": (16, 64)}, seed=3, random_points=8)
+
+    def cost(point, tile):
+        t = point["t"]
+        base = 1.0 + t / 16
+        return {"base": base, "small": base / 1.6, "large": base / (1.15 + t / 40),
+                "loser": base * (1.01 if t == 16 else 0.3)}[tile]
+
+    measure, _ = _timer(cost)
+    worst = probes.choose_tile(found, ["small", "large", "loser"], "base", measure,
+                               margin=1.05)
+    timed = probes.choose_tile(found, ["small", "large", "loser"], "base", measure,
+                               margin=1.05, objective="time")
+    assert worst.tile == "small" and timed.tile == "large"
+    spent = {tile: sum(cost(p.point, tile) for p in found) for tile in ("small", "large")}
+    assert spent["large"] < spent["small"]
+    assert timed.worst_ratio == pytest.approx(min(cost(p.point, "base") / cost(p.point, "large")
+                                                  for p in found))
+
+
+def test_an_unknown_objective_is_refused_before_anything_is_timed() -> None:
+    found = probes.box_probes({"t": (1, 10)}, seed=0, random_points=2)
+    measure, calls = _timer(lambda p, t: 1.0)
+    with pytest.raises(ValueError, match="objective 'fastest' is not one of worst, time"):
+        probes.choose_tile(found, ["x"], "base", measure, objective="fastest")
+    assert calls == []
+
+
 def test_a_margin_above_one_demands_more_than_a_tie() -> None:
     found = probes.box_probes({"t": (1, 10)}, seed=0, random_points=2)
     measure, _ = _timer(lambda p, t: 10.0 if t == "base" else 9.8)

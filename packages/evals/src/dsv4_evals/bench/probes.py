@@ -27,7 +27,11 @@ Interface (all pure Python; nothing here imports torch)
     survivor is then confirmed by a second, independent pass over every probe (baseline
     and candidate timed again). A tile is accepted only if it beats the baseline by
     ``margin`` at EVERY probe in BOTH passes. ``Verdict.worst_ratio`` is the smallest
-    ``baseline / candidate`` over all probes and both passes.
+    ``baseline / candidate`` over all probes and both passes. Among the tiles that pass,
+    ``objective="worst"`` (the default) prefers the largest worst ratio, and
+    ``objective="time"`` the least GPU time summed over the probes: the margin is the
+    never-slower rule, and the time is what a box whose best tile changes inside it
+    (a small T wants one tile, its large T another) actually costs the step.
 ``split_box(box, field) -> (low, high)``
     Halves a box along one field (geometric midpoint on wide ranges), for a tuner that
     splits a box where no single tile wins everywhere.
@@ -178,6 +182,10 @@ class Verdict:
     """Where the best candidate lost, when none was accepted (guides a split)."""
 
 
+OBJECTIVES = ("worst", "time")
+"""How :func:`choose_tile` ranks the tiles that pass its acceptance rule."""
+
+
 def _worst(ratios: Iterable[float]) -> float:
     return min(ratios, default=math.inf)
 
@@ -190,6 +198,7 @@ def choose_tile(
     *,
     margin: float = 1.0,
     finalists: int = 3,
+    objective: str = "worst",
     log: Callable[[str], None] | None = None,
 ) -> Verdict:
     """The best candidate that beats ``baseline`` at every probe, confirmed; or none.
@@ -199,12 +208,25 @@ def choose_tile(
     corner/extreme probes, stopping at its first loss; up to ``finalists`` of the
     survivors (best worst-ratio first) on the random probes; then the confirmation pass
     for the best one left, and the next if it fails. ``measure`` raising ``ValueError``
-    disqualifies that candidate (a tile the kernel refuses).
+    disqualifies that candidate (a tile the kernel refuses). ``objective`` ranks the
+    finalists and survivors: ``"worst"`` by their worst ratio, ``"time"`` by their total
+    time over the probes measured so far (``baseline / ratio`` summed); the acceptance
+    rule is the same for both.
     """
     say = log or (lambda _msg: None)
     if not probes:
         raise ValueError("choose_tile: no probes; a box needs at least one probe")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"choose_tile: objective {objective!r} is not one of "
+                         f"{', '.join(OBJECTIVES)}")
     base = {id(p): measure(p.point, baseline) for p in probes}
+
+    def rank(ratios: dict[int, float]) -> float:
+        """Sort key, smaller first: minus the worst ratio, or the summed tile time."""
+        if objective == "time":
+            return sum(base[k] / r for k, r in ratios.items())
+        return -_worst(ratios.values())
+
     screen = [p for p in probes if p.kind != "random"] or list(probes)
     rest = [p for p in probes if p not in screen]
     first: dict[Hashable, dict[int, float]] = {}
@@ -229,7 +251,7 @@ def choose_tile(
         elif best_loser is None or worst > best_loser[0]:
             lost = [p for p in screen if ratios.get(id(p), math.inf) <= margin]
             best_loser = (worst, tile, lost)
-    ranked = sorted(first, key=lambda t: -_worst(first[t].values()))[:finalists]
+    ranked = sorted(first, key=lambda t: rank(first[t]))[:finalists]
     survivors = []
     for tile in ranked:
         ratios = first[tile]
@@ -245,7 +267,7 @@ def choose_tile(
             if best_loser is None or worst > best_loser[0]:
                 best_loser = (worst, tile, [p for p in probes
                                             if ratios.get(id(p), math.inf) <= margin])
-    survivors.sort(key=lambda t: -_worst(first[t].values()))
+    survivors.sort(key=lambda t: rank(first[t]))
     for tile in survivors:
         again = {}
         for p in probes:

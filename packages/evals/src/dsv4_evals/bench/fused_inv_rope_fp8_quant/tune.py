@@ -18,7 +18,11 @@ pad rows), and seeded random T, at least :data:`MIN_PROBES` calls in all; a prob
 ``variant`` picks its seeded values and positions, so the single-key box T=1 is timed at
 12 different calls too. A tile is accepted only if it beats vLLM by ``--margin`` at
 every probe in a screening pass and again in an independent confirmation pass
-(:func:`dsv4_evals.bench.probes.choose_tile`); a box no tile wins is split once along T
+(:func:`dsv4_evals.bench.probes.choose_tile`). Of the tiles that pass, the one with the
+least GPU time summed over the box's probes is kept (``--objective time``): a box's best
+tile changes inside it where the programs run out (at 64 heads (2, 1, 1) is best at
+T=17 and (2, 2, 1) at T=64), and ranking by the worst ratio kept the small calls' tile
+for the whole box. A box no tile wins is split once along T
 (``--split-depth``; a second split on the H200 kept thin boxes won by a hair that the
 bench's never-slower gate then failed); a box still lost gets no entry, so those calls
 keep vLLM's kernel. Each entry records ``probes`` and ``worst_speedup`` (the smallest
@@ -114,7 +118,7 @@ def box_probes(box: Mapping[str, tuple[int, int]], seed: int) -> list[probes.Pro
 
 
 def tune_box(box: dict[str, tuple[int, int]], measure: h.Measure, seed: int, depth: int,
-             margin: float, log: list[dict], deadline: float
+             margin: float, log: list[dict], deadline: float, objective: str = "time"
              ) -> list[tuple[dict[str, tuple[int, int]], probes.Verdict]]:
     """Accepted ``(box, verdict)`` pairs covering parts of ``box``."""
     if time.perf_counter() > deadline:
@@ -125,6 +129,7 @@ def tune_box(box: dict[str, tuple[int, int]], measure: h.Measure, seed: int, dep
     found = box_probes(box, seed)
     started = time.perf_counter()
     verdict = probes.choose_tile(found, CANDIDATES, h.BASELINE, measure, margin=margin,
+                                 objective=objective,
                                  log=print)
     measure.forget()
     print(f"box {box['num_tokens']} heads {box['num_heads'][0]}: {verdict.tile} worst "
@@ -141,8 +146,9 @@ def tune_box(box: dict[str, tuple[int, int]], measure: h.Measure, seed: int, dep
     if depth <= 0 or hi - lo < 2:
         return []
     low, high = probes.split_box(box, "num_tokens")
-    return (tune_box(low, measure, seed * 2 + 1, depth - 1, margin, log, deadline)
-            + tune_box(high, measure, seed * 2 + 2, depth - 1, margin, log, deadline))
+    return (tune_box(low, measure, seed * 2 + 1, depth - 1, margin, log, deadline, objective)
+            + tune_box(high, measure, seed * 2 + 2, depth - 1, margin, log, deadline,
+                       objective))
 
 
 # --------------------------------------------------------------------------- the table
@@ -230,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="every measurement and the table, as JSON")
     parser.add_argument("--margin", type=float, default=1.05,
                         help="the vLLM/dsv4 ratio a tile must exceed at every probe")
+    parser.add_argument("--objective", choices=probes.OBJECTIVES, default="time",
+                        help="how the tiles that beat vLLM by the margin everywhere are "
+                             "ranked: least summed GPU time over the box's probes (time, "
+                             "the default) or largest worst ratio (worst)")
     parser.add_argument("--split-depth", type=int, default=1)
     parser.add_argument("--heads", type=int, nargs="*", default=list(HEADS),
                         help="local head counts to tune (default: 64 8 16 32 128)")
@@ -264,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     for heads in args.heads:
         for i, (lo, hi) in enumerate(BOXES):
             accepted += tune_box(box_of(lo, hi, heads), measure, args.seed * 1000 + heads * 10
-                                 + i, args.split_depth, args.margin, log, deadline)
+                                 + i, args.split_depth, args.margin, log, deadline,
+                                 args.objective)
     entries = [entry(arch, box, verdict, machine) for box, verdict in accepted]
     text = table_text(arch, entries)
     tuned = policy.loads_table(text, "<tuned>")
@@ -276,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{'met' if goal['met'] else 'MISSED'}")
     seconds = time.perf_counter() - started
     timing.write_json(args.json, {
-        "arch": arch, **machine, "seed": args.seed, "margin": args.margin, "seconds": seconds,
+        "arch": arch, **machine, "seed": args.seed, "margin": args.margin,
+        "objective": args.objective, "seconds": seconds,
         "measurements": measure.count, "upstream": up.record, "empty_launch_graph_us": empty,
         "copy_bandwidth_tb_s": bandwidth / 1e12, "candidates": [list(t) for t in CANDIDATES],
         "ladder": before, "ladder_with_table": after, "targets": goals, "boxes": log,
