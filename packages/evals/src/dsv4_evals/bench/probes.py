@@ -206,7 +206,7 @@ def choose_tile(
     ``margin`` is the ratio a candidate must exceed (strictly) at each probe; 1.0 means
     "faster everywhere". Screening: baseline timed once per probe; each candidate on the
     corner/extreme probes, stopping at its first loss; up to ``finalists`` of the
-    survivors (best worst-ratio first) on the random probes; then the confirmation pass
+    survivors (ranked by ``objective``) on the random probes; then the confirmation pass
     for the best one left, and the next if it fails. ``measure`` raising ``ValueError``
     disqualifies that candidate (a tile the kernel refuses). ``objective`` ranks the
     finalists and survivors: ``"worst"`` by their worst ratio, ``"time"`` by their total

@@ -64,9 +64,10 @@ from dsv4_evals.bench.fused_inv_rope_fp8_quant import upstream as fir_upstream
 TABLE = paths.table(h.NAME)
 BOXES = [(1, 1), (2, 16), (17, 64), (65, 128), (129, 256), (257, 512), (513, 2048),
          (2049, 8192)]
-"""Boxes of T: no one tile is best from T=65 to 512 (at 64 heads (2, 1, 1) at T=64 but
-(2, 2, 1) at T=512, 1.90x against 2.70x on the H200), so each doubling range up to 512
-and the prefill ranges get their own. Halving every box from 17 to 512 was tried on the
+"""Boxes of T: no one tile is best from T=65 to 512, so each doubling range up to 512
+and the prefill ranges get their own; inside a box the time objective weighs where the
+best tile changes (H200, 2026-12-03: (2, 1, 1) at T=18-48 and (2, 2, 1) at T=56-64 with
+64 heads). Halving every box from 17 to 512 was tried on the
 H200 (2026-12-03): it kept the same tiles at T=64 and T=512, and its 17-32 box at 64
 heads, won by the margin in the tuner, fell to 0.95x at T=17-18 in the bench's
 never-slower gate, so the boxes stay as they are."""
