@@ -276,8 +276,7 @@ class Measure:
             self._checked.add((key, tile))
         n = self._scale.get(key)
         if n is None:
-            one = timing.graph_us(runner(call, BASELINE, self.upstream), 2, reps=3)
-            n = self._scale[key] = max(4, min(100, int(self.target_us / max(one, 0.5))))
+            n = self._scale[key] = launches_for(call, self.upstream, self.target_us)
         self.count += 1
         return timing.graph_us(runner(call, tile, self.upstream), n, reps=self.reps)
 
@@ -299,9 +298,17 @@ def paired_us(call: Call, tile: object, up: upstream.Upstream, launches: int | N
     return base, ours
 
 
+SIZING_LAUNCHES = 40
+"""Launches in the graph that sizes the timed graphs. A 2-launch graph read the replay's
+own overhead as call time (H200, 2026-12-03: about 10 µs "per call" for a 2 µs call), so
+small calls got graphs of 17-30 launches instead of 100, and the replay's jitter landed in
+every per-call figure (see ``benchmarks/RESULTS.md``)."""
+
+
 def launches_for(call: Call, up: upstream.Upstream, target_us: float = 300.0) -> int:
-    """Launches per graph so that one replay runs about ``target_us`` (4 to 100)."""
-    one = timing.graph_us(runner(call, BASELINE, up), 2, reps=3)
+    """Launches per graph so that one replay runs about ``target_us`` (4 to 100), sized
+    from a graph of :data:`SIZING_LAUNCHES` of vLLM's launches."""
+    one = timing.graph_us(runner(call, BASELINE, up), SIZING_LAUNCHES, reps=5)
     return max(4, min(100, int(target_us / max(one, 0.5))))
 
 
