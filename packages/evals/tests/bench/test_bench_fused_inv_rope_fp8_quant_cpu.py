@@ -47,17 +47,20 @@ def test_candidates_are_tiles_the_policy_accepts() -> None:
     assert (1, 1, 1) in tune.CANDIDATES
     for tile in tune.CANDIDATES:
         assert policy.tile_problems(*tile) == [], tile
-    # The boxes tile T = 1..8,192 without a gap or an overlap, T=1 alone.
+    # The boxes tile T = 1..8,192 without a gap or an overlap, and the FULL decode
+    # graph's two ends, T=1 and the default top capture size 512, are boxes of their own.
     assert tune.BOXES[0] == (1, 1) and tune.BOXES[-1][1] == 8192
     for (_, hi), (lo, top) in zip(tune.BOXES, tune.BOXES[1:], strict=False):
         assert lo == hi + 1 and top >= lo
+    assert {(t, t) for t in tune.DECODE_GRAPH_ENDS} <= set(tune.BOXES)
     assert sorted(tune.HEADS) == [8, 16, 32, 64, 128]
 
 
 @pytest.mark.parametrize("heads", tune.HEADS)
 def test_every_box_gets_enough_distinct_probes_inside_it(heads: int) -> None:
     boxes = [tune.box_of(lo, hi, heads) for lo, hi in tune.BOXES]
-    boxes += [half for box in boxes[1:] for half in probes.split_box(box, "num_tokens")]
+    boxes += [half for box in boxes if box["num_tokens"][1] > box["num_tokens"][0]
+              for half in probes.split_box(box, "num_tokens")]
     for seed, box in enumerate(boxes):
         found = tune.box_probes(box, seed)
         points = [p.point for p in found]
