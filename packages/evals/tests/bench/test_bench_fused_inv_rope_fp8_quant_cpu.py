@@ -56,6 +56,14 @@ def test_candidates_are_tiles_the_policy_accepts() -> None:
     assert sorted(tune.HEADS) == [8, 16, 32, 64, 128]
 
 
+def test_carve_makes_each_point_a_box_and_keeps_the_rest() -> None:
+    boxes = [(1, 16), (17, 64), (65, 128)]
+    assert tune.carve(boxes, (1, 40, 128)) == [(1, 1), (2, 16), (17, 39), (40, 40),
+                                                 (41, 64), (65, 127), (128, 128)]
+    assert tune.carve(boxes, ()) == boxes
+    assert tune.carve([(5, 5)], (5, 9)) == [(5, 5)]
+
+
 @pytest.mark.parametrize("heads", tune.HEADS)
 def test_every_box_gets_enough_distinct_probes_inside_it(heads: int) -> None:
     boxes = [tune.box_of(lo, hi, heads) for lo, hi in tune.BOXES]

@@ -63,24 +63,43 @@ from dsv4_evals.bench.fused_inv_rope_fp8_quant import upstream as fir_upstream
 
 TABLE = paths.table(h.NAME)
 DECODE_GRAPH_ENDS = (1, 512)
-"""The smallest and largest T of vLLM's default CUDA-graph capture sizes on sm80/sm90."""
-BOXES = [(1, 1), (2, 16), (17, 64), (65, 128), (129, 256), (257, 511), (512, 512),
-         (513, 2048), (2049, 8192)]
-"""Boxes of T: no one tile is best from T=65 to 512, so each doubling range up to 512
-and the prefill ranges get their own; inside a box the time objective weighs where the
-best tile changes (H200, 2026-12-03: (2, 1, 1) at T=18-48 and (2, 2, 1) at T=56-64 with
-64 heads). Halving every box from 17 to 512 was tried on the
-H200 (2026-12-03): it kept the same tiles at T=64 and T=512, and its 17-32 box at 64
-heads, won by the margin in the tuner, fell to 0.95x at T=17-18 in the bench's
-never-slower gate, so the boxes stay as they are.
+"""The smallest and largest T of vLLM's default CUDA-graph capture sizes on sm80/sm90;
+each is carved out of :data:`BASE_BOXES` as a box of its own."""
+BASE_BOXES = [(1, 16), (17, 64), (65, 128), (129, 256), (257, 512), (513, 2048),
+              (2049, 8192)]
+"""Boxes of T before the decode graph's ends are carved out: no one tile is best from
+T=65 to 512, so each doubling range up to 512 and the prefill ranges get their own; inside
+a box the time objective weighs where the best tile changes (H200, 2026-12-03: (2, 1, 1)
+at T=18-48 and (2, 2, 1) at T=56-64 with 64 heads). Halving every box from 17 to 512 was
+tried on the H200 (2026-12-03): it kept the same tiles at T=64 and T=512, and its 17-32
+box at 64 heads, won by the margin in the tuner, fell to 0.95x at T=17-18 in the bench's
+never-slower gate, so the boxes stay as they are."""
 
-T=1 and T=512 are boxes of one T each, because they are the two ends of the FULL decode
-graph: vLLM runs a decode step at the smallest CUDA-graph capture size that holds its
-batch, and its default sizes (``[1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)``,
+
+def carve(boxes: Sequence[tuple[int, int]], points: Sequence[int]) -> list[tuple[int, int]]:
+    """``boxes`` with every T in ``points`` made a box of its own, the rest of its box
+    kept on either side."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in boxes:
+        for p in sorted(t for t in set(points) if lo <= t <= hi):
+            if lo < p:
+                out.append((lo, p - 1))
+            out.append((p, p))
+            lo = p + 1
+        if lo <= hi:
+            out.append((lo, hi))
+    return out
+
+
+BOXES = carve(BASE_BOXES, DECODE_GRAPH_ENDS)
+"""The tuned boxes of T: 1; 2-16; 17-64; 65-128; 129-256; 257-511; 512; 513-2048;
+2049-8192. T=1 and T=512 are boxes of one T each because they are the two ends of the FULL
+decode graph: vLLM runs a decode step at the smallest CUDA-graph capture size that holds
+its batch, and its default sizes (``[1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)``,
 512 the default ceiling on sm80 and sm90) put one sequence at T=1 and every batch of 497
 to 512 sequences at T=512. A busy server decodes at the ceiling, and there the best tile
 is not the one that is best for most of 257-511 (H200, 2026-12-03, 8 heads: (2, 1, 1)
-2.81 µs and (2, 2, 1) 2.87 µs at T=448, but 3.27 µs and 2.86 µs at T=512), so the sum
+2.77 µs and (2, 2, 1) 2.92 µs at T=448, but 3.09 µs and 2.49 µs at T=512), so the sum
 over a wide box's probes kept the wrong tile at the T the graph runs most."""
 HEADS = (64, 8, 16, 32, 128)
 """The targets' head counts first, so a run cut short by ``--budget-s`` still has them."""
