@@ -255,13 +255,16 @@ def test_every_scale_exponent_bitwise(tables: dict, tma: bool) -> None:
         testing.assert_same(_ours(case, (o, pos, cache), tile), want, f"every scale {tile}")
 
 
-@pytest.mark.parametrize(("nope", "group"), [(448, 128), (448, 32), (64, 32), (192, 64)])
+@pytest.mark.parametrize(("nope", "group"),
+                         [(448, 128), (448, 256), (448, 32), (64, 32), (192, 64)])
 def test_head_geometries(dev: str, nope: int, group: int) -> None:
     """Rope lanes inside one quantisation block (DeepSeek-V4's 448 + 64 in 128-lane
-    blocks, the body's one-block path) and over two or more (32-lane blocks, the general
-    path), bitwise against the specification at every tile."""
+    blocks, and 256-lane blocks with 192 nope lanes before them: the body's one-block
+    path) and over two or more (32-lane blocks, the general path), bitwise against the
+    specification at every tile; packed UE8M0 scales wherever the block count is a
+    multiple of 4."""
     table = testing.rope_table("compress", dev)
-    for tma in (False, True):
+    for tma in (False, True) if (nope + 64) // group % 4 == 0 else (False,):
         case = testing.Case(37, 2, 4, tma, True, seed=nope + group, nope_dim=nope,
                             quant_group_size=group)
         tensors = case.tensors(dev, table)

@@ -102,12 +102,14 @@ def test_generated_calls(index: int, case: testing.Case) -> None:
 
 
 def test_other_head_geometry() -> None:
-    """A 128-lane head (64 nope + 64 rope, one block), 64-lane blocks, and 32-lane
-    blocks with the rope lanes over two of them (the body's general path; the others
-    take its one-rope-block path): the geometry is run-time data to the reference and
-    constexpr to the kernel."""
+    """A 128-lane head (64 nope + 64 rope, one block), 64-lane blocks (the rope lanes a
+    block of their own), 256-lane blocks (192 nope lanes before the rope lanes in the
+    last one), and 32-lane blocks with the rope lanes over two of them (the body's
+    general path; the others take its one-rope-block path): the geometry is run-time
+    data to the reference and constexpr to the kernel."""
     table = testing.rope_table("compress")
-    for nope, qg, tma in ((64, 128, False), (192, 64, True), (64, 32, True), (64, 32, False)):
+    for nope, qg, tma in ((64, 128, False), (192, 64, True), (448, 256, False),
+                          (64, 32, True), (64, 32, False)):
         case = testing.Case(6, 2, 4, tma, True, seed=5 + nope, nope_dim=nope,
                             quant_group_size=qg)
         _check(case, (2, 4, 4), case.tensors("cpu", table))
