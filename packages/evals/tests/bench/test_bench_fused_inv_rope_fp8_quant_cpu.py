@@ -42,6 +42,21 @@ def test_bytes_moved_counts_what_a_call_must_read_and_write() -> None:
 
 
 # --------------------------------------------------------------------------- the tuner
+def test_the_empty_launch_is_timed_in_graphs_as_large_as_a_small_calls(monkeypatch) -> None:
+    """The floor's launch term: graphs of the small calls' size, the median reading (a
+    single high reading must not raise the floor)."""
+    readings = iter([0.93, 0.72, 0.71])
+    sizes = []
+
+    def fake(device: object, launches_per_graph: int = 20) -> float:
+        sizes.append(launches_per_graph)
+        return next(readings)
+
+    monkeypatch.setattr(h.timing, "empty_launch_graph_us", fake)
+    assert h.empty_launch_us("cuda") == 0.72
+    assert sizes == [h.MAX_LAUNCHES] * h.EMPTY_READINGS == [100, 100, 100]
+
+
 def test_candidates_are_tiles_the_policy_accepts() -> None:
     assert len(set(tune.CANDIDATES)) == len(tune.CANDIDATES)
     assert (1, 1, 1) in tune.CANDIDATES

@@ -75,10 +75,12 @@ def empty_launch_us(device: torch.device) -> float:
     return do_bench_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False))
 
 
-def empty_launch_graph_us(device: torch.device) -> float:
-    """An empty Triton launch inside a CUDA graph: the floor under graph replay."""
+def empty_launch_graph_us(device: torch.device, launches_per_graph: int = 20) -> float:
+    """An empty Triton launch inside a CUDA graph: the floor under graph replay. A bench
+    whose calls are timed in larger graphs passes its own graph size, so that the floor
+    and the calls pay the same per-replay overhead."""
     dummy = torch.empty(1, dtype=torch.int32, device=device)
-    return graph_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False))
+    return graph_us(lambda: _empty_kernel[(1,)](dummy, FLAG=False), launches_per_graph)
 
 
 @triton.jit

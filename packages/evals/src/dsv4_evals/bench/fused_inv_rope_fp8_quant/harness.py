@@ -17,12 +17,13 @@ CUDA-graph replay (:func:`dsv4_evals.bench.timing.graph_us`, as the FULL decode 
 runs them) the allocations cost nothing, so the times are the kernels'.
 
 The floor of a call is what it must move (:func:`bytes_moved`) over the copy
-bandwidth measured in the same run, plus an empty launch
-(:func:`dsv4_evals.bench.timing.empty_launch_graph_us`).
+bandwidth measured in the same run, plus an empty launch timed in graphs as large as a
+small call's (:func:`empty_launch_us`).
 """
 
 from __future__ import annotations
 
+import statistics
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -305,11 +306,30 @@ small calls got graphs of 17-30 launches instead of 100, and the replay's jitter
 every per-call figure (see ``benchmarks/RESULTS.md``)."""
 
 
+MAX_LAUNCHES = 100
+"""The most launches in one timed graph: every call under about 3 µs gets this many."""
+
+EMPTY_READINGS = 3
+"""Readings of the empty launch whose median is the floor's launch term."""
+
+
 def launches_for(call: Call, up: upstream.Upstream, target_us: float = 300.0) -> int:
-    """Launches per graph so that one replay runs about ``target_us`` (4 to 100), sized
-    from a graph of :data:`SIZING_LAUNCHES` of vLLM's launches."""
+    """Launches per graph so that one replay runs about ``target_us`` (4 to
+    :data:`MAX_LAUNCHES`), sized from a graph of :data:`SIZING_LAUNCHES` of vLLM's
+    launches."""
     one = timing.graph_us(runner(call, BASELINE, up), SIZING_LAUNCHES, reps=5)
-    return max(4, min(100, int(target_us / max(one, 0.5))))
+    return max(4, min(MAX_LAUNCHES, int(target_us / max(one, 0.5))))
+
+
+def empty_launch_us(device: torch.device) -> float:
+    """The empty launch of the floor, timed as the small calls it is compared with are:
+    graphs of :data:`MAX_LAUNCHES` launches, the median of :data:`EMPTY_READINGS`
+    readings. The shared 20-launch reading carries a 20th of each replay's overhead per
+    launch and moves from run to run (H200, 2026-12-03: 0.68 to 1.15 µs in 20-launch
+    graphs, 0.716 to 0.723 µs in 100-launch graphs); a high reading raises the floor and
+    would let the floor target pass on noise."""
+    return statistics.median(timing.empty_launch_graph_us(device, MAX_LAUNCHES)
+                             for _ in range(EMPTY_READINGS))
 
 
 # --------------------------------------------------------------------------- table boxes

@@ -101,8 +101,9 @@ def floor_markdown(rows: Sequence[Mapping]) -> str:
             "that only copies (no rotation, no amax), the fastest of a few tiles: what "
             "moving these bytes after the wait costs on this GPU." if copies else "")
     return ("Each call against (empty launch + byte floor): bytes read and written at the "
-            "copy bandwidth measured in the same run, plus an empty Triton launch, both "
-            f"under CUDA-graph replay.{note}\n\n" + md_table([*head, "identical"],
+            "copy bandwidth measured in the same run, plus an empty Triton launch timed in "
+            "graphs as large as a small call's (100 launches, the median of 3 readings), "
+            f"both under CUDA-graph replay.{note}\n\n" + md_table([*head, "identical"],
                                                           [line(r) for r in rows]) + "\n")
 
 
@@ -263,9 +264,11 @@ def measure(device: object, arch: str, bandwidth: float, empty_us: float) -> lis
 
 def gpu_section(ctx: ReportContext) -> Section:
     """The floor table, the per-step estimate and ``fused_inv_rope_fp8_quant.png``."""
+    from dsv4_evals.bench.fused_inv_rope_fp8_quant import harness as h
+
     machine = ctx.machine
     rows = measure(ctx.device, str(ctx.arch), float(machine["copy_bandwidth_tb_s"]) * 1e12,
-                   float(machine["empty_launch_graph_us"]))
+                   h.empty_launch_us(ctx.device))
     path = Path(ctx.out) / f"{NAME}.png"
     plots.phases(rows, path, f"FusedInvRopeFP8Quant on {ctx.gpu}",
                  [("upstream_us", "o-", "vLLM 0.33.0"), ("table_us", "^-", "table"),

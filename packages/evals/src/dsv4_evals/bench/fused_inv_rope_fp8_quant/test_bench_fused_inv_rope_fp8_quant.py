@@ -60,6 +60,11 @@ def arch(machine: dict) -> str:
     return str(machine["arch"])
 
 
+@pytest.fixture(scope="module")
+def empty_us(device) -> float:
+    return h.empty_launch_us(device)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _write_results(machine: dict):
     yield
@@ -93,7 +98,8 @@ def _graph_of(run, launches: int) -> torch.cuda.CUDAGraph:
 
 
 @pytest.mark.parametrize("shape", ANCHORS, ids=lambda s: s.name)
-def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream) -> None:
+def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream,
+                empty_us: float) -> None:
     call = h.make_call(shape, device)
     tile = h.resolved_tile(shape, arch)
     found = h.resolved(shape, arch)
@@ -112,7 +118,7 @@ def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream) -> N
     benchmark.pedantic(replay, rounds=30, iterations=1, warmup_rounds=3)
     moved = h.shape_bytes(shape)
     floor = h.floor_us(moved.total, float(machine["copy_bandwidth_tb_s"]) * 1e12)
-    empty = float(machine["empty_launch_graph_us"])
+    empty = empty_us
     copy_us, copy_tile = copy_floor.copy_floor_us(call.tensors[0], h.GROUP, launches,
                                                   launch.default_launch_pdl(device))
     row = {"shape": shape.name, "tokens": shape.num_tokens, "heads": shape.num_heads,
@@ -120,7 +126,8 @@ def test_anchor(benchmark, shape: h.Shape, device, machine, arch, upstream) -> N
            "speedup": base / ours, "bytes": moved._asdict(), "bytes_total": moved.total,
            "floor_us": floor, "nominal_floor_us": h.floor_us(moved.total,
                                                              h.NOMINAL_BYTES_PER_S),
-           "empty_us": empty, "ideal_us": empty + floor,
+           "empty_us": empty, "empty_launches_per_graph": h.MAX_LAUNCHES,
+           "ideal_us": empty + floor,
            "table_vs_ideal": ours / (empty + floor), "upstream_vs_ideal": base / (empty + floor),
            "copy_floor_us": copy_us, "copy_floor_tile": list(copy_tile),
            "table_vs_copy": ours / copy_us,

@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = [launch.CompileKey(*tile, h.HEADS_PER_GROUP, h.NOPE_DIM, h.ROPE_DIM, h.GROUP,
                               False, True, pdl) for tile in CANDIDATES]
     built = launch.warmup(keys, device)
-    empty = timing.empty_launch_graph_us(device)
+    empty = h.empty_launch_us(device)
     bandwidth = timing.copy_bandwidth_bytes_per_s(device)
     print(f"vLLM's kernel from {up.record['origin']}; {built} binaries warmed; empty launch "
           f"{empty:.2f} µs; copy bandwidth {bandwidth / 1e12:.2f} TB/s; "
