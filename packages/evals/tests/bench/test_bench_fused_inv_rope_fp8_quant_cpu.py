@@ -42,7 +42,7 @@ def test_bytes_moved_counts_what_a_call_must_read_and_write() -> None:
 
 
 # --------------------------------------------------------------------------- the tuner
-def test_the_empty_launch_is_timed_in_graphs_as_large_as_a_small_calls(monkeypatch) -> None:
+def test_the_empty_launch_is_timed_in_graphs_as_large_as_small_calls(monkeypatch) -> None:
     """The floor's launch term: graphs of the small calls' size, the median reading (a
     single high reading must not raise the floor)."""
     readings = iter([0.93, 0.72, 0.71])

@@ -102,8 +102,8 @@ def floor_markdown(rows: Sequence[Mapping]) -> str:
             "moving these bytes after the wait costs on this GPU." if copies else "")
     return ("Each call against (empty launch + byte floor): bytes read and written at the "
             "copy bandwidth measured in the same run, plus an empty Triton launch timed in "
-            "graphs as large as a small call's (100 launches, the median of 3 readings), "
-            f"both under CUDA-graph replay.{note}\n\n" + md_table([*head, "identical"],
+            "graphs as large as a small call's (`harness.empty_launch_us`), both under "
+            f"CUDA-graph replay.{note}\n\n" + md_table([*head, "identical"],
                                                           [line(r) for r in rows]) + "\n")
 
 
