@@ -12,6 +12,7 @@ only it has.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
@@ -150,7 +151,8 @@ def check_spec(policy: ModuleType, *, compile_key_fields: tuple[str, ...],
 
 def launch_toml(values: Mapping[str, object], match: str = "") -> str:
     """A one-entry table's text with ``values`` as its launch (and ``match`` lines)."""
-    lines = "".join(f"{k} = {v}\n" for k, v in values.items())
+    lines = "".join(f"{k} = {json.dumps(v) if isinstance(v, str) else v}\n"
+                    for k, v in values.items())
     return (f'schema = 1\n[[entry]]\nid = "a"\n[entry.launch]\n{lines}'
             + (f"[entry.match]\n{match}" if match else ""))
 
@@ -171,9 +173,10 @@ def check_files_refuse_unknown_fields_and_overlaps(
     through something that is not this kernel's table is a TypeError."""
     fields = dict(zip(policy.TILE_FIELDS, tile, strict=True))
     *given, last = policy.TILE_FIELDS
+    first = policy.TILE_FIELDS[0]
     with pytest.raises(TableError, match=f"missing; a launch gives {', '.join(given)} and "
                                          f"{last}"):
-        policy.loads_table(launch_toml({k: v for k, v in fields.items() if k != last}))
+        policy.loads_table(launch_toml({k: v for k, v in fields.items() if k != first}))
     with pytest.raises(TableError, match=f"unknown field '{unknown_launch}'"):
         policy.loads_table(launch_toml({**fields, unknown_launch: 128}))
     with pytest.raises(TableError, match=f"unknown match field '{unknown_match}'"):

@@ -24,8 +24,13 @@ import triton.language as tl
 from dsv4_kernels.fused_inv_rope_fp8_quant import checks, launch, reference, testing
 
 pytestmark = pytest.mark.gpu
-TILES = [(1, 1, 1), (1, 2, 1), (1, 4, 1), (2, 2, 1), (2, 2, 2), (2, 4, 4), (4, 2, 4),
-         (1, 8, 8), (8, 1, 4), (4, 4, 8)]
+HEAD_ROWS = [(1, 1, 1), (1, 2, 1), (1, 4, 1), (2, 2, 1), (2, 2, 2), (2, 4, 4), (4, 2, 4),
+             (1, 8, 8), (8, 1, 4), (4, 4, 8)]
+BLOCK_ROWS = [(1, 1, 1), (1, 1, 2), (2, 1, 4), (4, 1, 8), (4, 2, 8), (2, 2, 4), (8, 1, 16)]
+TILES = ([(*tile, "head_rows") for tile in HEAD_ROWS]
+         + [(*tile, "block_rows") for tile in BLOCK_ROWS])
+"""(tokens_per_program, heads_per_program, num_warps, body): both bodies, each at the
+tiles that matter for it."""
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +50,12 @@ def tables(dev: str) -> dict[str, torch.Tensor]:
     return {kind: testing.rope_table(kind, dev) for kind in testing.ROPE_KINDS}
 
 
-def _ours(case: testing.Case, tensors: tuple, tile: tuple[int, int, int], **kw: Any) -> Any:
+def _ours(case: testing.Case, tensors: tuple, tile: tuple, **kw: Any) -> Any:
     o, pos, cache = tensors
     return launch.fused_inv_rope_fp8_quant(o, pos, cache, *case.args(),
                                            tokens_per_program=tile[0],
-                                           heads_per_program=tile[1], num_warps=tile[2], **kw)
+                                           heads_per_program=tile[1], num_warps=tile[2],
+                                           body=tile[3], **kw)
 
 
 def _cases(count: int, seed: int) -> list[testing.Case]:
@@ -128,26 +134,26 @@ def _kernel_kwargs(case: testing.Case, pdl: bool) -> dict:
 def test_kernel_object_entry_on_poisoned_buffers(tables: dict, pdl: bool) -> None:
     """The entry a plugin uses in place of vLLM's kernel object writes poisoned vLLM
     buffers completely (pad rows zero), as the specification says, PDL on or off, at
-    vLLM's launch shape and at a wide tile."""
+    vLLM's launch shape and at a wide tile of each body."""
     for case in _cases(30, seed=5):
         o, pos, cache = case.tensors("cuda", tables[case.rope_kind])
         checked = checks.check_inputs(o, pos, cache, *case.args())
         bufs = []
-        for tile in (launch.BASELINE_TILE, (2, 4, 4)):
+        for tile in (launch.BASELINE_TILE, (2, 4, 4, "head_rows"), (2, 1, 4, "block_rows")):
             out_buf, scale_buf = launch.allocate(checked, o.dtype, case.n_groups,
                                                  case.tma_aligned_scales, case.quantize)
             testing.poison_like_vllm(out_buf, scale_buf)
             launch.kernel_call(o, pos, cache, out_buf, scale_buf, case.num_tokens,
                                **_kernel_kwargs(case, pdl), tokens_per_program=tile[0],
-                               heads_per_program=tile[1], num_warps=tile[2])
+                               heads_per_program=tile[1], num_warps=tile[2], body=tile[3])
             bufs.append((out_buf.transpose(0, 1), scale_buf.transpose(0, 1)
                          if case.quantize else scale_buf))
         want = _spec(o, pos, cache, *case.args())
         for got in bufs:
             testing.assert_same(got, want, f"{case} pdl={pdl}")
-        if case.quantize:
-            assert not torch.any(testing.bits(bufs[1][0]) == 0x7F)
-            storage = testing.scale_storage(bufs[1][1]).view(torch.int32)
+        for out, scales in bufs[1:] if case.quantize else ():
+            assert not torch.any(testing.bits(out) == 0x7F)
+            storage = testing.scale_storage(scales).view(torch.int32)
             assert not torch.any(storage == testing.POISON_WORD)
 
 
@@ -156,15 +162,17 @@ def test_cuda_graph_replay_with_new_data(tables: dict) -> None:
     into the captured inputs: every replay writes what the specification says of the new
     data, and nothing compiles after the warm-up."""
     shapes = [(1, 8), (3, 8), (64, 8), (130, 1), (512, 8), (512, 1), (2048, 8)]
-    keys = [launch.CompileKey(t[0], t[1], t[2], 8, 448, 64, 128, tma, True, True)
-            for t in ((1, 2, 1), (2, 2, 2)) for tma in (False, True)]
+    tiles = {"small": (2, 1, 4, "block_rows"), "mid": (2, 2, 2, "head_rows"),
+             "large": (1, 2, 1, "head_rows")}
+    keys = [launch.CompileKey(*t, 8, 448, 64, 128, tma, True, True)
+            for t in tiles.values() for tma in (False, True)]
     launch.warmup(keys, "cuda")
     for tma in (False, True):
         for t, groups in shapes:
             case = testing.Case(t, groups, 8, tma, True, seed=t)
             o, pos, cache = case.tensors("cuda", tables["compress"])
             before = launch.compile_count()
-            tile = (1, 2, 1) if t >= 256 else (2, 2, 2)
+            tile = tiles["large" if t >= 256 else "mid" if t >= 64 else "small"]
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 res = _ours(case, (o, pos, cache), tile)
@@ -183,9 +191,12 @@ def test_cuda_graph_replay_with_new_data(tables: dict) -> None:
 def test_no_compile_after_warmup_for_any_token_count(tables: dict) -> None:
     """One warm-up per key covers every T (1..8,192) and every head count at the same
     heads per group: the count of binaries does not move."""
-    keys = [launch.CompileKey(1, 2, 1, 8, 448, 64, 128, False, True, True),
-            launch.CompileKey(4, 2, 4, 8, 448, 64, 128, True, True, True),
-            launch.CompileKey(2, 2, 2, 8, 448, 64, 128, False, False, True)]
+    keys = [launch.CompileKey(1, 2, 1, "head_rows", 8, 448, 64, 128, False, True, True),
+            launch.CompileKey(4, 2, 4, "head_rows", 8, 448, 64, 128, True, True, True),
+            launch.CompileKey(2, 2, 2, "head_rows", 8, 448, 64, 128, False, False, True),
+            launch.CompileKey(4, 1, 8, "block_rows", 8, 448, 64, 128, False, True, True),
+            launch.CompileKey(2, 1, 4, "block_rows", 8, 448, 64, 128, True, True, True),
+            launch.CompileKey(1, 1, 2, "block_rows", 8, 448, 64, 128, False, False, True)]
     launch.warmup(keys, "cuda")
     before = launch.compile_count()
     assert launch.warmup(keys, "cuda") == 0
@@ -194,7 +205,7 @@ def test_no_compile_after_warmup_for_any_token_count(tables: dict) -> None:
             for key in keys:
                 case = testing.Case(t, groups, 8, key.tma_aligned_scales, key.quantize, seed=t)
                 tensors = case.tensors("cuda", tables["compress"])
-                _ours(case, tensors, key[:3])
+                _ours(case, tensors, key[:4])
     torch.cuda.synchronize()
     assert launch.compile_count() == before
 
@@ -308,8 +319,10 @@ SPIN = 4000
 current GPU, far longer than a launch takes to follow it."""
 
 
+@pytest.mark.parametrize("tile", [(1, 2, 1, "head_rows"), (2, 1, 4, "block_rows")],
+                         ids=["head_rows", "block_rows"])
 @pytest.mark.parametrize("graph", [False, True])
-def test_pdl_wait_guards_o(tables: dict, graph: bool) -> None:
+def test_pdl_wait_guards_o(tables: dict, graph: bool, tile: tuple) -> None:
     """The body reads the positions and their cos/sin rows before its PDL wait and ``o``
     after it. Here the kernel just before it releases its dependents at once, spins
     through thousands of dependent loads and only then writes ``o``; the positions were
@@ -329,7 +342,7 @@ def test_pdl_wait_guards_o(tables: dict, graph: bool) -> None:
     def step() -> Any:
         pos.copy_(new_pos)
         _copy_late(new_o, o, SPIN, sink)
-        return _ours(case, (o, pos, cache), (1, 2, 1), launch_pdl=True)
+        return _ours(case, (o, pos, cache), tile, launch_pdl=True)
 
     def control() -> None:
         _copy_late(new_o, o, SPIN, sink)

@@ -22,7 +22,8 @@ import pytest
 import torch
 from dsv4_kernels.fused_inv_rope_fp8_quant import checks, kernel, launch, reference, testing
 
-Tile = tuple[int, int, int]
+Tile = tuple  # (tokens_per_program, heads_per_program, num_warps[, body])
+BODIES = checks.BODIES
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +38,8 @@ def _ours(case: testing.Case, tile: Tile, tensors: tuple | None = None
     o, pos, cache = tensors if tensors is not None else case.tensors("cpu")
     out = launch.fused_inv_rope_fp8_quant(o, pos, cache, *case.args(),
                                           tokens_per_program=tile[0],
-                                          heads_per_program=tile[1], num_warps=tile[2])
+                                          heads_per_program=tile[1], num_warps=tile[2],
+                                          body=tile[3] if len(tile) > 3 else "head_rows")
     return out, (o, pos, cache)
 
 
@@ -81,24 +83,26 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("body", BODIES)
 @pytest.mark.parametrize("t,groups,hpg,tma,quantize,tile,kind", CASES)
 def test_matches_reference(t: int, groups: int, hpg: int, tma: bool, quantize: bool,
-                           tile: Tile, kind: str) -> None:
+                           tile: Tile, kind: str, body: str) -> None:
     """T from 1 to 301 (non-multiples of 4 included), 8 to 128 heads, both scale layouts,
-    quantize on and off, both DeepSeek-V4 rope tables (positions up to 1M - 1)."""
+    quantize on and off, both DeepSeek-V4 rope tables (positions up to 1M - 1), each
+    body."""
     _check(testing.Case(t, groups, hpg, tma, quantize, seed=100 + t * 7 + groups,
-                        rope_kind=kind), tile)
+                        rope_kind=kind), (*tile, body))
 
 
 TILES: list[Tile] = [(1, 1, 1), (1, 2, 1), (2, 2, 2), (4, 2, 4), (2, 4, 4), (1, 8, 4),
-                     (8, 4, 4)]
+                     (8, 4, 4), (2, 1, 4), (4, 1, 8), (1, 1, 2)]
 
 
 @pytest.mark.parametrize("index,case", list(enumerate(testing.random_cases(
-    12, seed=21, max_tokens=24, max_heads=64))))
+    16, seed=21, max_tokens=24, max_heads=64))))
 def test_generated_calls(index: int, case: testing.Case) -> None:
-    """Seeded calls over every argument, each with a tile of its own."""
-    _check(case, TILES[index % len(TILES)])
+    """Seeded calls over every argument, each with a tile and a body of its own."""
+    _check(case, (*TILES[index % len(TILES)], BODIES[index % len(BODIES)]))
 
 
 def test_other_head_geometry() -> None:
@@ -106,13 +110,14 @@ def test_other_head_geometry() -> None:
     block of their own), 256-lane blocks (192 nope lanes before the rope lanes in the
     last one), and 32-lane blocks with the rope lanes over two of them (the body's
     general path; the others take its one-rope-block path): the geometry is run-time
-    data to the reference and constexpr to the kernel."""
+    data to the reference and constexpr to the kernel, for each body."""
     table = testing.rope_table("compress")
     for nope, qg, tma in ((64, 128, False), (192, 64, True), (448, 256, False),
                           (64, 32, True), (64, 32, False)):
         case = testing.Case(6, 2, 4, tma, True, seed=5 + nope, nope_dim=nope,
                             quant_group_size=qg)
-        _check(case, (2, 4, 4), case.tensors("cpu", table))
+        for body in BODIES:
+            _check(case, (2, 4, 4, body), case.tensors("cpu", table))
 
 
 def test_positions_reach_the_last_table_row() -> None:
@@ -121,10 +126,12 @@ def test_positions_reach_the_last_table_row() -> None:
     o, pos, cache = case.tensors("cpu")
     assert cache.shape == (1 << 20, 64)
     assert int(pos.max()) == (1 << 20) - 1 and int(pos.min()) == 0
-    _check(case, (4, 4, 4), (o, pos, cache))
+    for body in BODIES:
+        _check(case, (4, 4, 4, body), (o, pos, cache))
 
 
-def test_all_zero_blocks_take_the_eps_scale() -> None:
+@pytest.mark.parametrize("body", BODIES)
+def test_all_zero_blocks_take_the_eps_scale(body: str) -> None:
     """A block of zeros has amax 0: its scale is exp2(ceil(log2(1e-10 / 448))) = 2**-42
     (UE8M0 byte 85), its FP8 values are zero (-0 in rope lanes, as the rotation of zeros
     by a negative sine gives); a block with one outlier keeps its own."""
@@ -133,18 +140,19 @@ def test_all_zero_blocks_take_the_eps_scale() -> None:
     o[1, 2].zero_()
     o[3, 0, 384:].zero_()  # the block that holds the rope lanes
     o[4, 5, 10] = 3000.0
-    (out, scales), _ = _ours(case, (2, 4, 4), (o, pos, cache))
+    (out, scales), _ = _ours(case, (2, 4, 4, body), (o, pos, cache))
     assert torch.all(out[1, 0, 2 * 512: 3 * 512].float() == 0)  # +0 and -0 (rope lanes)
     assert torch.all(scales[1, 0, 8:12] == 2.0 ** -42)
     assert scales[3, 0, 3].item() == 2.0 ** -42 and scales[3, 0, 2].item() != 2.0 ** -42
     assert scales[4, 0, 5 * 4].item() == 2.0 ** 3  # 3000 / 448 = 6.7 -> 8
-    _check(case, (2, 4, 4), (o, pos, cache))
+    _check(case, (2, 4, 4, body), (o, pos, cache))
     packed = testing.Case(5, 1, 8, True, True, seed=9)
-    (_, pscales), _ = _ours(packed, (1, 2, 1), (o, pos, cache))
+    (_, pscales), _ = _ours(packed, (1, 2, 1, body), (o, pos, cache))
     assert pscales[1, 0, 2].item() == 0x55555555
 
 
-def test_pad_rows_zero_in_poisoned_buffers() -> None:
+@pytest.mark.parametrize("body", BODIES)
+def test_pad_rows_zero_in_poisoned_buffers(body: str) -> None:
     """Through the kernel object's entry, on poisoned vLLM-shaped buffers: every output
     byte and every scale row (T=6 padded to 8) is written, the pad rows with zeros."""
     for tma in (False, True):
@@ -157,7 +165,7 @@ def test_pad_rows_zero_in_poisoned_buffers() -> None:
                            quant_group_size=128, chunks_per_head=4, nope_dim=448, half_rope=32,
                            tma_aligned_scales=tma, quantize=True, fp8_max=448.0,
                            launch_pdl=False, grid=(8, 16), tokens_per_program=4,
-                           heads_per_program=2, num_warps=2)
+                           heads_per_program=2, num_warps=2, body=body)
         want_bits, want_scales = testing.interpreter_expected(case, o, pos, cache)
         assert torch.equal(testing.bits(out_buf.transpose(0, 1)), want_bits)
         storage = testing.scale_storage(scale_buf.transpose(0, 1))
@@ -245,12 +253,17 @@ def test_bad_inputs_raise_before_allocating(label: str, mutate, arg: str,
         launch.fused_inv_rope_fp8_quant(**args)
 
 
-@pytest.mark.parametrize("tile", [(3, 1, 1), (1, 128, 4), (8, 8, 1), (1, 1, 32), (0, 1, 1)])
+@pytest.mark.parametrize("tile", [(3, 1, 1, "head_rows"), (1, 128, 4, "block_rows"),
+                                  (8, 8, 1, "block_rows"), (1, 1, 32, "head_rows"),
+                                  (0, 1, 1, "head_rows"), (1, 1, 1, "strip"),
+                                  (1, 1, 1, None)])
 def test_bad_tiles(tile: Tile) -> None:
-    """Tiles outside powers of two, 1..64 tokens/heads, 1..16 warps, 128 lanes per thread."""
+    """Tiles outside powers of two, 1..64 tokens/heads, 1..16 warps, 128 lanes per thread,
+    and bodies other than the two there are."""
     with pytest.raises(ValueError, match=r"^fused_inv_rope_fp8_quant: "):
         launch.fused_inv_rope_fp8_quant(**_valid(), tokens_per_program=tile[0],
-                                        heads_per_program=tile[1], num_warps=tile[2])
+                                        heads_per_program=tile[1], num_warps=tile[2],
+                                        body=tile[3])
 
 
 def test_kernel_call_refusals_leave_buffers_untouched() -> None:
@@ -282,19 +295,24 @@ def test_kernel_call_refusals_leave_buffers_untouched() -> None:
         launch.kernel_call(o, pos, cache, out_buf, wrong, 3, **good)
 
 
-def test_compile_key_is_the_constexprs() -> None:
+@pytest.mark.parametrize("jit", [kernel.fused_inv_rope_fp8_quant_kernel,
+                                 kernel.fused_inv_rope_fp8_quant_block_rows_kernel],
+                         ids=BODIES)
+def test_compile_key_is_the_constexprs(jit) -> None:
     """Every scalar that changes with T (and the head count) is unspecialised, the
     constexpr list is the kernel's constexprs in signature order after every run-time
-    parameter, and the launcher passes one value per parameter."""
-    fn = kernel.fused_inv_rope_fp8_quant_kernel.fn
-    params = list(inspect.signature(fn).parameters.values())
+    parameter, and the launcher passes one value per parameter; both bodies have the
+    one signature, so one launch serves either."""
+    params = list(inspect.signature(jit.fn).parameters.values())
+    assert params == list(inspect.signature(
+        kernel.fused_inv_rope_fp8_quant_kernel.fn).parameters.values())
     constexprs = [p.name for p in params if "constexpr" in str(p.annotation)]
     assert tuple(constexprs) == kernel.CONSTEXPRS
     assert [p.name for p in params][-len(constexprs):] == constexprs
     runtime = [p.name for p in params if p.name not in constexprs]
     assert set(kernel.RUNTIME_ARGS) <= set(runtime)
     assert set(kernel.RUNTIME_ARGS) == set(runtime[5:])  # no scalar is specialised
-    dns = kernel.fused_inv_rope_fp8_quant_kernel.kwargs.get("do_not_specialize")
+    dns = jit.kwargs.get("do_not_specialize")
     assert list(dns) == list(kernel.RUNTIME_ARGS)
     assert len(runtime) == 5 + 8  # five tensors, the launch's eight scalars
 
@@ -352,10 +370,15 @@ def test_rope_table_is_vllms_yarn_table() -> None:
 
 def test_warmup_and_counters_under_the_interpreter() -> None:
     """Nothing compiles under the interpreter; the warm-up still runs each key once."""
-    key = launch.CompileKey(2, 4, 4, 8, 448, 64, 128, True, True, False)
-    assert launch.warmup([key, tuple(key)], "cpu") == 0
+    key = launch.CompileKey(2, 4, 4, "head_rows", 8, 448, 64, 128, True, True, False)
+    rows = launch.CompileKey(2, 1, 4, "block_rows", 8, 448, 64, 128, True, True, False)
+    assert launch.warmup([key, tuple(key), rows], "cpu") == 0
     assert launch.compile_count() == 0
     assert launch.interpreting()
     assert launch.default_launch_pdl(torch.device("cpu")) is False
     with pytest.raises(ValueError, match=r"^warmup: "):
-        launch.warmup([launch.CompileKey(3, 4, 4, 8, 448, 64, 128, True, True, False)], "cpu")
+        launch.warmup([launch.CompileKey(3, 4, 4, "head_rows", 8, 448, 64, 128, True, True,
+                                         False)], "cpu")
+    with pytest.raises(ValueError, match=r"^warmup: body: got 'rows'"):
+        launch.warmup([launch.CompileKey(2, 4, 4, "rows", 8, 448, 64, 128, True, True,
+                                         False)], "cpu")

@@ -430,13 +430,18 @@ def tile_schema(
     name: str, fields: tuple[KeyField, ...], *, tile_type: type, tile_fields: tuple[str, ...],
     tile_problems: Callable[..., list[tuple[str, str]]], index_type: type[Index],
     hit: Callable[[Entry[Any]], tuple], unknown_hint: Callable[[str], str] = lambda field: "",
+    tile_defaults: Mapping[str, object] | None = None,
 ) -> Schema[Any]:
     """The :func:`kernel_schema` of a kernel whose ``[entry.launch]`` is a flat tile.
 
     ``tile_fields`` are the tile's TOML keys, in ``tile_type``'s argument order;
     ``tile_problems(*values)`` checks them; ``hit(entry)`` is what a box of the index
     carries, and ``unknown_hint(field)`` what an unknown launch field's message adds.
+    A field of ``tile_defaults`` may be left out of a file and takes its default there
+    (a field added to a tile later, so that tables written before it still load); a
+    written table always spells every field.
     """
+    defaults = dict(tile_defaults or {})
     int_fields = tuple(f for f in fields if f.type is int)
     given = (", ".join(tile_fields[:-1]) + " and " + tile_fields[-1] if len(tile_fields) > 1
              else tile_fields[0])
@@ -446,15 +451,16 @@ def tile_schema(
         for field in extra:
             report(field, f"unknown field {field!r}; accepted: {', '.join(tile_fields)}"
                           f"{unknown_hint(field)}")
-        missing = [k for k in tile_fields if k not in raw]
+        missing = [k for k in tile_fields if k not in raw and k not in defaults]
         for field in missing:
             report(field, f"missing; a launch gives {given}")
         if extra or missing:
             return None
-        found = tile_problems(*(raw[k] for k in tile_fields))
+        values = [raw[k] if k in raw else defaults[k] for k in tile_fields]
+        found = tile_problems(*values)
         for field, message in found:
             report(field, message)
-        return None if found else tile_type(*(raw[k] for k in tile_fields))
+        return None if found else tile_type(*values)
 
     def check(config: object) -> list[tuple[str, str]]:
         if not isinstance(config, tile_type):
@@ -526,6 +532,7 @@ class TileLaunches:
         tile_fields: tuple[str, ...], tile_problems: Callable[..., list[tuple[str, str]]],
         launch_type: type, baseline_tile: Any, index_type: type[Index], label: str,
         unknown_hint: Callable[[str], str] = lambda field: "",
+        tile_defaults: Mapping[str, object] | None = None,
     ) -> None:
         self.tile_type = tile_type
         self.tile_fields = tile_fields
@@ -541,7 +548,7 @@ class TileLaunches:
         self.schema = tile_schema(
             name, fields, tile_type=tile_type, tile_fields=tile_fields,
             tile_problems=tile_problems, index_type=index_type, hit=hit,
-            unknown_hint=unknown_hint)
+            unknown_hint=unknown_hint, tile_defaults=tile_defaults)
         self.files = TableFiles(self.schema, f"tables/{name}.toml")
 
     def tile_key(self, tile: Any) -> tuple:

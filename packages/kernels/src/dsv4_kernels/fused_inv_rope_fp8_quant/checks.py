@@ -49,6 +49,9 @@ STRIDE_MULTIPLE = 16
 DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}
 """``o``'s dtype as the kernel's ``ARG_DTYPES`` constexpr (+3 for int32 positions)."""
 MAX_ELEMENTS_PER_THREAD = 128
+BODIES = ("head_rows", "block_rows")
+"""The kernel's two bodies (both in :mod:`.kernel`), as a tile names them."""
+DEFAULT_BODY = "head_rows"
 
 
 def fail(name: str, got: object, accepted: str, fn: str = FN) -> ValueError:
@@ -77,10 +80,13 @@ def _bool(name: str, value: object, fn: str) -> bool:
 
 
 def check_tile(tokens_per_program: object, heads_per_program: object, num_warps: object,
-               head_dim: int | None = None, fn: str = FN) -> None:
+               head_dim: int | None = None, fn: str = FN, *, body: object = DEFAULT_BODY
+               ) -> None:
     """A tile is powers of two: tokens and heads per program 1..64, warps 1..16; with
     ``head_dim`` known, at most 128 elements of the tile per thread (the register
-    budget; the policy's tables refuse larger tiles too)."""
+    budget; the policy's tables refuse larger tiles too); and a body of :data:`BODIES`."""
+    if not isinstance(body, str) or body not in BODIES:
+        raise fail("body", repr(body), f"one of {', '.join(map(repr, BODIES))}", fn)
     for name, value, high in (("tokens_per_program", tokens_per_program, 64),
                               ("heads_per_program", heads_per_program, 64),
                               ("num_warps", num_warps, MAX_WARPS)):

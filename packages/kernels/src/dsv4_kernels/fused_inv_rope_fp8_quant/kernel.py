@@ -1,4 +1,8 @@
-"""The Triton kernel behind :mod:`dsv4_kernels.fused_inv_rope_fp8_quant.launch`.
+"""The Triton kernels behind :mod:`dsv4_kernels.fused_inv_rope_fp8_quant.launch`: two
+bodies of one signature, the head-rows body (:func:`fused_inv_rope_fp8_quant_kernel`,
+described here) and the block-rows body
+(:func:`fused_inv_rope_fp8_quant_block_rows_kernel`, described in its docstring). They
+write the same bytes; a tile's ``body`` picks one.
 
 What it computes is vLLM 0.33.0's ``FusedInvRopeFP8QuantKernel.kernel`` (see
 :mod:`.reference` for the specification): for every token ``t < num_tokens`` and head
@@ -270,10 +274,184 @@ def fused_inv_rope_fp8_quant_kernel(
             tl.store(scale_row + k * stride_k, scales, mask=in_rows & (k >= 0))
 
 
+# --------------------------------------------------------------------------- block rows
+@triton.jit(do_not_specialize=list(RUNTIME_ARGS))
+def fused_inv_rope_fp8_quant_block_rows_kernel(
+    o_ptr,
+    positions_ptr,
+    cos_sin_cache_ptr,
+    out_ptr,
+    scale_ptr,
+    num_tokens,
+    rows,
+    num_heads,
+    o_stride_token_16,
+    o_stride_head_16,
+    cache_stride_pos_16,
+    scale_stride_group,
+    scale_stride_k,
+    HEADS_PER_GROUP: tl.constexpr,
+    fp8_max: tl.constexpr,
+    eps: tl.constexpr,
+    QUANT_GROUP_SIZE: tl.constexpr,
+    CHUNKS_PER_HEAD: tl.constexpr,
+    NOPE_DIM: tl.constexpr,
+    HALF_ROPE: tl.constexpr,
+    QUANTIZE: tl.constexpr,
+    TMA_ALIGNED_SCALES: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    ARG_DTYPES: tl.constexpr,
+    launch_pdl: tl.constexpr,
+):
+    """The block-rows body: every quantisation block a row of the tile.
+
+    It computes exactly what the head-rows body computes, with the same signature,
+    constexprs and launch grid, so :mod:`.launch` runs either one for a tile and the
+    policy's table says which (``body = "block_rows"``).
+
+    Why a second body: at decode sizes a call is a few hundred programs whose time is
+    the dependent chain each warp runs after the PDL wait, not bytes. The head-rows body
+    gives a warp whole heads (a ``[blocks, 128]`` row of 32 lanes per thread at one
+    warp), a long chain per thread, with the rope lanes in a strip of their own that is
+    joined back through shared memory. Here a program's tile of ``BLOCK_T`` tokens x
+    ``BLOCK_H`` heads is flattened to ``BLOCK_T * BLOCK_H * CHUNKS_PER_HEAD`` rows of
+    ``QUANT_GROUP_SIZE`` lanes, one quantisation block each (row ``b`` is block ``b %
+    CHUNKS_PER_HEAD`` of head-row ``b // CHUNKS_PER_HEAD``), so with enough warps a
+    thread holds one 16-byte vector of one block:
+
+    - a block's amax is a reduction along the row, inside one warp (no shared memory);
+    - its scale and reciprocal broadcast back along the row in the same layout;
+    - the rope lanes are rotated where they lie: the row is viewed as ``(lane pair, 2)``
+      and split into its even and odd lanes, which the 16-byte vector already holds in
+      one thread, so the partner of every lane is a register, not a second load; cos/sin
+      are loaded per pair (masked off outside the rope lanes) before the PDL wait.
+
+    Compiled for sm90 at 8 heads with tile (2, 1, 4), the only shared-memory round trip
+    left after the wait is the one scale store (the FP8 stores are whole 8-byte
+    vectors).
+
+    Measured on the H200 (CUDA-graph replay, PDL on, 2026-12-04, against the head-rows
+    body at the shipped table's tile): 8 heads T=1 1.02 -> 0.87 µs, T=64 1.26 -> 1.16
+    µs, T=160 2.08 -> 1.59 µs, T=256 1.99 -> 1.79 µs; at prefill sizes it is slower (8
+    heads T=2,048 6.80 -> 8.58 µs; 64 heads T=512 15.42 -> 17.81 µs), so it is one more
+    body the tuner may choose per entry, not a replacement. See
+    ``benchmarks/RESULTS.md``.
+
+    Bit-identity: every float operation of an element has the form and order of vLLM's
+    (see the module docstring): ``x * cos + x_partner * sin`` for an even lane and ``x *
+    cos - x_partner * sin`` for an odd one, written with the lane's own value first,
+    ``max`` of the absolute values (exact in any order), ``maximum(amax, eps)``, ``*
+    (1.0 / fp8_max)``, ``exp2(ceil(log2(.)))``, the reciprocal from the scale's exponent
+    bits, the clamp and the ``float8e4nv`` cast; lanes outside the rope keep their
+    loaded value through a select, never a multiply by cos = 1 (which would turn -0.0
+    into +0.0). Both rotated values are computed before either select, the even one
+    first: the compiler's contraction into fused multiply-adds follows that order, and in
+    it this body's sm90 binary is the one whose bytes were checked. On the H200 its bytes
+    equal vLLM's kernel's over 172 calls (generated
+    calls over every argument plus infinities, NaN, subnormals and signed zeros), as the
+    bench's bitwise sweep checks.
+
+    PDL: as in the head-rows body, the positions and their cos/sin rows (the step's
+    inputs, never the preceding kernel's output) are read before ``gdc_wait`` and ``o``
+    after it.
+    """
+    PAIRS: tl.constexpr = QUANT_GROUP_SIZE // 2
+    HEAD_DIM: tl.constexpr = CHUNKS_PER_HEAD * QUANT_GROUP_SIZE
+    OUT_ROW: tl.constexpr = HEADS_PER_GROUP * HEAD_DIM
+    BLOCKS: tl.constexpr = BLOCK_T * BLOCK_H * CHUNKS_PER_HEAD
+    b = tl.arange(0, BLOCKS)
+    head_row = b // CHUNKS_PER_HEAD
+    chunk = (b % CHUNKS_PER_HEAD).to(tl.int64)
+    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (head_row // BLOCK_H).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64) * BLOCK_H + (head_row % BLOCK_H).to(tl.int64)
+    live_t = tok < num_tokens
+    live_h = head < num_heads
+    live = live_t & live_h
+    group = head // HEADS_PER_GROUP
+    head_in_group = head % HEADS_PER_GROUP
+
+    # Pair q of block row b holds lanes chunk * QUANT_GROUP_SIZE + 2q (even) and + 1
+    # (odd); a rope pair's cos/sin column is its pair index from NOPE_DIM (even), read
+    # before the PDL wait: positions and the table are never the preceding kernel's output.
+    lane0 = chunk[:, None] * QUANT_GROUP_SIZE + 2 * tl.arange(0, PAIRS)[None, :]
+    rope_pair = live[:, None] & (lane0 >= NOPE_DIM)
+    pair = chunk[:, None] * PAIRS + tl.arange(0, PAIRS)[None, :] - NOPE_DIM // 2
+    pos = tl.load(positions_ptr + tok, mask=live_t, other=0)
+    cache_row = cos_sin_cache_ptr + pos * (cache_stride_pos_16.to(tl.int64) * 16)
+    cos_v = tl.load(cache_row[:, None] + pair, mask=rope_pair, other=1.0)
+    sin_v = tl.load(cache_row[:, None] + HALF_ROPE + pair, mask=rope_pair, other=0.0)
+    if launch_pdl:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+
+    # ``o`` is the preceding kernel's output: read only after the wait.
+    k = tl.arange(0, QUANT_GROUP_SIZE)[None, :]
+    src = (o_ptr + tok * (o_stride_token_16.to(tl.int64) * 16)
+           + head * (o_stride_head_16.to(tl.int64) * 16) + chunk * QUANT_GROUP_SIZE)
+    x = tl.load(src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
+    x_even, x_odd = tl.split(tl.reshape(x, (BLOCKS, PAIRS, 2)))
+    rotated_even = x_even * cos_v + x_odd * sin_v
+    rotated_odd = x_odd * cos_v - x_even * sin_v
+    y_even = tl.where(rope_pair, rotated_even, x_even)
+    y_odd = tl.where(rope_pair, rotated_odd, x_odd)
+
+    # vLLM's output buffer (n_groups, num_tokens, d), contiguous (checks.py).
+    dst = (out_ptr + group * (num_tokens.to(tl.int64) * OUT_ROW) + tok * OUT_ROW
+           + head_in_group * HEAD_DIM + chunk * QUANT_GROUP_SIZE)
+    if not QUANTIZE:
+        y = tl.reshape(tl.join(y_even, y_odd), (BLOCKS, QUANT_GROUP_SIZE))
+        tl.store(dst[:, None] + k, y, mask=live[:, None])
+    else:
+        amax = tl.maximum(tl.max(tl.abs(y_even), axis=1), tl.max(tl.abs(y_odd), axis=1))
+        block_absmax = tl.maximum(amax, eps)
+        scale_raw = block_absmax * (1.0 / fp8_max)
+        scales = tl.math.exp2(tl.ceil(tl.log2(scale_raw)))
+        # The exact reciprocal of a power-of-two scale, from its exponent bits; inf -> 0,
+        # NaN stays NaN (as in the head-rows body).
+        biased = scales.to(tl.int32, bitcast=True) >> 23
+        inv = ((254 - biased) << 23).to(tl.float32, bitcast=True)
+        inv = tl.where(scales > 3.0e38, 0.0, inv)
+        inv = tl.where(scales != scales, scales, inv)
+        q_even = tl.clamp(y_even * inv[:, None], -fp8_max, fp8_max)
+        q_odd = tl.clamp(y_odd * inv[:, None], -fp8_max, fp8_max)
+        quant = tl.reshape(tl.join(q_even, q_odd), (BLOCKS, QUANT_GROUP_SIZE)).to(tl.float8e4nv)
+        tl.store(dst[:, None] + k, quant, mask=live[:, None])
+
+        # Scale rows [num_tokens, rows) are the TMA pad: zeros, as vLLM writes them.
+        in_rows = (tok < rows) & live_h
+        pad = ~live_t
+        scale_row = scale_ptr + group * scale_stride_group.to(tl.int64) + tok
+        stride_k = scale_stride_k.to(tl.int64)
+        if TMA_ALIGNED_SCALES:
+            # Four consecutive blocks of one head (CHUNKS_PER_HEAD % 4 == 0) pack into one
+            # int32, little-endian, bits 23..30 of each FP32 scale.
+            PACKED: tl.constexpr = BLOCKS // 4
+            ue8m0 = (scales.to(tl.int32, bitcast=True) >> 23) & 0xFF
+            packed = tl.sum(tl.reshape(ue8m0, (PACKED, 4)) << (tl.arange(0, 4)[None, :] * 8),
+                            axis=1)
+            first = 4 * tl.arange(0, PACKED)
+            p_row = first // CHUNKS_PER_HEAD
+            p_tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (p_row // BLOCK_H).to(tl.int64)
+            p_head = tl.program_id(1).to(tl.int64) * BLOCK_H + (p_row % BLOCK_H).to(tl.int64)
+            p_k = ((p_head % HEADS_PER_GROUP) * (CHUNKS_PER_HEAD // 4)
+                   + (first % CHUNKS_PER_HEAD) // 4)
+            packed = tl.where(p_tok < num_tokens, packed, 0)
+            p_addr = (scale_ptr + (p_head // HEADS_PER_GROUP) * scale_stride_group.to(tl.int64)
+                      + p_tok + p_k * stride_k)
+            tl.store(p_addr, packed, mask=(p_tok < rows) & (p_head < num_heads))
+        else:
+            scales = tl.where(pad, 0.0, scales)
+            k_index = head_in_group * CHUNKS_PER_HEAD + chunk
+            tl.store(scale_row + k_index * stride_k, scales, mask=in_rows)
+
+
 def compiled_binaries() -> int:
-    """Binaries the JIT holds for this kernel in this process, over all devices (0 when
-    Triton's interpreter runs it)."""
-    caches = getattr(fused_inv_rope_fp8_quant_kernel, "device_caches", None)
-    if caches is None:
-        return 0
-    return sum(len(entry[0]) for entry in caches.values())
+    """Binaries the JIT holds for this kernel's two bodies in this process, over all
+    devices (0 when Triton's interpreter runs it)."""
+    total = 0
+    for jit in (fused_inv_rope_fp8_quant_kernel, fused_inv_rope_fp8_quant_block_rows_kernel):
+        caches = getattr(jit, "device_caches", None)
+        if caches is not None:
+            total += sum(len(entry[0]) for entry in caches.values())
+    return total

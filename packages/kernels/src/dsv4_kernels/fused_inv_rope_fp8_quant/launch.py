@@ -33,10 +33,10 @@ its kernel stays as it is (the fallback needs those binaries).
 returned views) with our kernel, for tests and benchmarks.
 
 Tile: ``tokens_per_program`` x ``heads_per_program`` (token x head) per program,
-``num_warps``. The defaults ``(1, 1, 1)`` are vLLM's own launch shape (one warp per
-(token, head)); ``num_stages`` is not a tile field: the body has no loop to pipeline.
-``launch_pdl=None`` means vLLM's rule, ``is_arch_support_pdl()``: compute capability 9
-or newer (never under the interpreter).
+``num_warps``, and the ``body`` (:data:`BODIES`): ``"head_rows"`` or ``"block_rows"``,
+the two kernels of :mod:`.kernel`, which write the same bytes with the same grid. The
+defaults ``(1, 1, 1, "head_rows")`` are vLLM's own launch shape (one warp per (token,
+head)); ``num_stages`` is not a tile field: neither body has a loop to pipeline.
 
 The host path goes through :class:`dsv4_kernels._direct_launch.DirectLauncher`: after a
 binary's first launch on a device it is launched with its C launcher directly (one
@@ -55,6 +55,8 @@ import torch
 from dsv4_kernels._direct_launch import DirectLauncher
 from dsv4_kernels.fused_inv_rope_fp8_quant import kernel as _k
 from dsv4_kernels.fused_inv_rope_fp8_quant.checks import (
+    BODIES,
+    DEFAULT_BODY,
     FN,
     FP8_MAX,
     Checked,
@@ -65,11 +67,17 @@ from dsv4_kernels.fused_inv_rope_fp8_quant.checks import (
 )
 
 EPS = 1e-10
-BASELINE_TILE = (1, 1, 1)
-"""vLLM 0.33.0's launch: one token and one head per program, one warp."""
+BASELINE_TILE = (1, 1, 1, DEFAULT_BODY)
+"""vLLM 0.33.0's launch: one token and one head per program, one warp (head-rows body)."""
 KERNEL_CALL = "kernel_call"
 
-_LAUNCHER = DirectLauncher(_k.fused_inv_rope_fp8_quant_kernel, _k.CONSTEXPRS)
+_LAUNCHERS = {
+    "head_rows": DirectLauncher(_k.fused_inv_rope_fp8_quant_kernel, _k.CONSTEXPRS),
+    "block_rows": DirectLauncher(_k.fused_inv_rope_fp8_quant_block_rows_kernel,
+                                 _k.CONSTEXPRS),
+}
+"""One launcher per body of :data:`BODIES`."""
+assert tuple(_LAUNCHERS) == BODIES
 _data_ptr = torch.Tensor.data_ptr
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -80,6 +88,7 @@ class CompileKey(NamedTuple):
     tokens_per_program: int
     heads_per_program: int
     num_warps: int
+    body: str
     heads_per_group: int
     nope_dim: int
     rope_dim: int
@@ -95,8 +104,8 @@ def interpreting() -> bool:
 
 
 def direct_launches() -> int:
-    """Launches in this process that skipped Triton's per-call binder."""
-    return _LAUNCHER.direct_launches
+    """Launches in this process that skipped Triton's per-call binder (both bodies)."""
+    return sum(launcher.direct_launches for launcher in _LAUNCHERS.values())
 
 
 @functools.cache
@@ -126,6 +135,7 @@ def fused_inv_rope_fp8_quant(
     tokens_per_program: int = 1,
     heads_per_program: int = 1,
     num_warps: int = 1,
+    body: str = DEFAULT_BODY,
     launch_pdl: bool | None = None,
 ) -> Pair:
     """vLLM's ``(output, scales)`` for the attention output ``o`` ``(T, heads, head_dim)``.
@@ -139,13 +149,13 @@ def fused_inv_rope_fp8_quant(
     """
     checked = check_inputs(o, positions, cos_sin_cache, n_groups, heads_per_group, nope_dim,
                            rope_dim, quant_group_size, tma_aligned_scales, quantize)
-    check_tile(tokens_per_program, heads_per_program, num_warps, checked.head_dim)
+    check_tile(tokens_per_program, heads_per_program, num_warps, checked.head_dim, body=body)
     pdl = _pdl(launch_pdl, checked.device)
     _require_device(checked.device)
     out_buf, scale_buf = allocate(checked, o.dtype, n_groups, tma_aligned_scales, quantize)
     _launch(checked, o, positions, cos_sin_cache, out_buf, scale_buf, heads_per_group,
             nope_dim, rope_dim // 2, quant_group_size, tma_aligned_scales, quantize, pdl,
-            tokens_per_program, heads_per_program, num_warps)
+            tokens_per_program, heads_per_program, num_warps, body)
     return out_buf.transpose(0, 1), scale_buf.transpose(0, 1) if quantize else scale_buf
 
 
@@ -186,6 +196,7 @@ def kernel_call(
     tokens_per_program: int = 1,
     heads_per_program: int = 1,
     num_warps: int = 1,
+    body: str = DEFAULT_BODY,
 ) -> None:
     """``FusedInvRopeFP8QuantKernel.__call__``'s arguments, our kernel with a tile.
 
@@ -222,12 +233,13 @@ def kernel_call(
         raise fail("grid", repr(grid), f"({checked.tma_aligned_T}, {checked.num_heads})", fn)
     check_buffers(checked, out_buf, scale_buf, n_groups, quantize, tma_aligned_scales,
                   torch.float8_e4m3fn if quantize else o.dtype, fn)
-    check_tile(tokens_per_program, heads_per_program, num_warps, checked.head_dim, fn)
+    check_tile(tokens_per_program, heads_per_program, num_warps, checked.head_dim, fn,
+               body=body)
     _require_device(checked.device, fn)
     _launch(checked, o, positions, cos_sin_cache, out_buf, scale_buf, heads_per_group,
             nope_dim, half_rope, quant_group_size, tma_aligned_scales, quantize,
             launch_pdl and not interpreting(), tokens_per_program, heads_per_program,
-            num_warps)
+            num_warps, body)
 
 
 def _pdl(launch_pdl: bool | None, device: torch.device) -> bool:
@@ -247,7 +259,7 @@ def _require_device(device: torch.device, fn: str = FN) -> None:
 def _launch(checked: Checked, o: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor,
             out_buf: torch.Tensor, scale_buf: torch.Tensor, heads_per_group: int,
             nope_dim: int, half_rope: int, quant_group_size: int, tma: bool, quantize: bool,
-            pdl: bool, tpp: int, hpp: int, num_warps: int) -> None:
+            pdl: bool, tpp: int, hpp: int, num_warps: int, body: str) -> None:
     rows = checked.tma_aligned_T
     if rows == 0 or checked.num_heads == 0:
         return
@@ -261,7 +273,7 @@ def _launch(checked: Checked, o: torch.Tensor, positions: torch.Tensor, cache: t
     device = checked.device
     index = (device.index if device.index is not None else torch.cuda.current_device()) if (
         device.type == "cuda") else -1
-    _LAUNCHER(index, -(-rows // tpp), -(-checked.num_heads // hpp), tensors,
+    _LAUNCHERS[body](index, -(-rows // tpp), -(-checked.num_heads // hpp), tensors,
               tuple(map(_data_ptr, tensors)), scalars, constexprs, num_warps)
 
 
@@ -269,8 +281,8 @@ def compile_count() -> int:
     """Binaries of this kernel the Triton JIT has built or loaded in this process.
 
     A launch whose :class:`CompileKey` was not seen before on its device adds one; a new
-    token count, head count (at the same heads per group) or buffer does not. Always 0
-    under ``TRITON_INTERPRET=1``, where nothing is compiled.
+    token count, head count (at the same heads per group) or buffer does not. Both bodies
+    count. Always 0 under ``TRITON_INTERPRET=1``, where nothing is compiled.
     """
     return _k.compiled_binaries()
 
@@ -285,7 +297,7 @@ def warmup(configs: Iterable[CompileKey | tuple], device: torch.device | str) ->
     keys = [CompileKey(*config) for config in configs]
     for key in keys:
         check_tile(key.tokens_per_program, key.heads_per_program, key.num_warps,
-                   key.nope_dim + key.rope_dim, fn="warmup")
+                   key.nope_dim + key.rope_dim, fn="warmup", body=key.body)
     device = torch.device(device)
     before = compile_count()
     for key in dict.fromkeys(keys):
@@ -297,7 +309,7 @@ def warmup(configs: Iterable[CompileKey | tuple], device: torch.device | str) ->
             o, positions, cache, 1, key.heads_per_group, key.nope_dim, key.rope_dim,
             key.quant_group_size, key.tma_aligned_scales, key.quantize,
             tokens_per_program=key.tokens_per_program, heads_per_program=key.heads_per_program,
-            num_warps=key.num_warps, launch_pdl=key.launch_pdl)
+            num_warps=key.num_warps, body=key.body, launch_pdl=key.launch_pdl)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return compile_count() - before

@@ -7,8 +7,14 @@ lanes). vLLM launches one single-warp program per (token, head); dsv4's kernel t
 tile of tokens x heads per program, chosen here for one call (:class:`Key`):
 
 - :func:`baseline` is vLLM 0.33.0's launch: source ``"baseline"`` tells a caller to run
-  vLLM's own kernel object unchanged; its tile ``(1, 1, 1)`` (one token, one head, one
-  warp per program) is what dsv4's kernel uses when asked for vLLM's launch shape.
+  vLLM's own kernel object unchanged; its tile ``(1, 1, 1, "head_rows")`` (one token,
+  one head, one warp per program, the head-rows body) is what dsv4's kernel uses when
+  asked for vLLM's launch shape.
+- A tile names its body too (:data:`BODIES`): dsv4's kernel has two bodies that write
+  the same bytes, and which one is faster depends on the call (many small programs with
+  a short dependent chain at decode sizes, more work per thread at prefill sizes), so
+  the table chooses it per entry, as it chooses the tile. A table file may leave
+  ``body`` out (tables written before there were two bodies): it is ``"head_rows"``.
 - :func:`resolve` returns a table entry's tile on a hit, else the baseline unchanged.
 - :func:`compile_key_sources` lists every tile a deployment can need, so a server
   compiles them all before graph capture instead of mid-serving. With the deployment's
@@ -34,12 +40,19 @@ from dsv4_policy.launch_table import (
     warps_problem,
 )
 from dsv4_policy.launch_table import candidates as _candidates
-from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError
+from dsv4_policy.table import Entry, KeyField, Schema, Table, TableError, what
 
 NAME = "fused_inv_rope_fp8_quant"
-CompileKey = tuple[int, int, int]
-"""(tokens_per_program, heads_per_program, num_warps): the tile part of a binary's key."""
-TILE_FIELDS = ("tokens_per_program", "heads_per_program", "num_warps")
+CompileKey = tuple[int, int, int, str]
+"""(tokens_per_program, heads_per_program, num_warps, body): the tile part of a binary's
+key."""
+TILE_FIELDS = ("tokens_per_program", "heads_per_program", "num_warps", "body")
+BODIES = ("head_rows", "block_rows")
+"""dsv4's two kernel bodies (``dsv4_kernels.fused_inv_rope_fp8_quant``): ``head_rows``
+holds each head as one row of its quantisation blocks with the rope lanes in a strip of
+their own; ``block_rows`` holds every quantisation block as a row of the tile and rotates
+the rope lanes in (even, odd) register pairs."""
+DEFAULT_BODY = "head_rows"
 MAX_TOKENS_PER_PROGRAM = 64
 MAX_HEADS_PER_PROGRAM = 64
 TILE_HEAD_DIM = 512
@@ -104,12 +117,16 @@ INT_FIELDS = tuple(f for f in FIELDS if f.type is int)
 
 # --------------------------------------------------------------------------- tile and launch
 def tile_problems(tokens_per_program: object, heads_per_program: object,
-                  num_warps: object) -> list[tuple[str, str]]:
+                  num_warps: object, body: object = DEFAULT_BODY) -> list[tuple[str, str]]:
     """``(field, message)`` for every invalid tile field; empty when the tile is valid:
-    powers of two up to 64 tokens and 64 heads, a warp count of ``WARPS``, and at most
+    powers of two up to 64 tokens and 64 heads, a warp count of ``WARPS``, at most
     ``MAX_ELEMENTS_PER_THREAD`` lanes of 512-lane heads per thread (the limits
-    :mod:`dsv4_kernels.fused_inv_rope_fp8_quant.checks` enforces)."""
+    :mod:`dsv4_kernels.fused_inv_rope_fp8_quant.checks` enforces), and a body of
+    :data:`BODIES`."""
     found = []
+    if type(body) is not str or body not in BODIES:
+        found.append(("body", f"body must be one of {', '.join(map(repr, BODIES))}; "
+                              f"got {what(body)}"))
     for name, value, high in (("tokens_per_program", tokens_per_program, MAX_TOKENS_PER_PROGRAM),
                               ("heads_per_program", heads_per_program, MAX_HEADS_PER_PROGRAM)):
         problem = power_of_two_problem(name, value, 1, high)
@@ -134,19 +151,21 @@ def tile_problems(tokens_per_program: object, heads_per_program: object,
 class Tile:
     """The tile an entry chooses: ``tokens_per_program`` x ``heads_per_program`` per
     program (grid ``(cdiv(tma_aligned_T, tpp), cdiv(num_heads, hpp))``), on
-    ``num_warps`` warps."""
+    ``num_warps`` warps, with the kernel ``body`` of :data:`BODIES`."""
 
     tokens_per_program: int
     heads_per_program: int
     num_warps: int
+    body: str = DEFAULT_BODY
 
     def __post_init__(self) -> None:
         launch_table.refuse_tile(tile_problems(self.tokens_per_program, self.heads_per_program,
-                                               self.num_warps))
+                                               self.num_warps, self.body))
 
 
-BASELINE_TILE = Tile(1, 1, 1)
-"""vLLM 0.33.0's launch shape: one token and one head per program, one warp."""
+BASELINE_TILE = Tile(1, 1, 1, DEFAULT_BODY)
+"""vLLM 0.33.0's launch shape: one token and one head per program, one warp (on the
+head-rows body when dsv4's kernel runs it)."""
 
 
 @dataclass(frozen=True)
@@ -160,11 +179,12 @@ class Launch:
     tokens_per_program: int
     heads_per_program: int
     num_warps: int
+    body: str
     source: str
 
     def compile_key(self) -> CompileKey:
-        """(tokens_per_program, heads_per_program, num_warps)."""
-        return (self.tokens_per_program, self.heads_per_program, self.num_warps)
+        """(tokens_per_program, heads_per_program, num_warps, body)."""
+        return (self.tokens_per_program, self.heads_per_program, self.num_warps, self.body)
 
 
 # --------------------------------------------------------------------------- table schema
@@ -178,6 +198,7 @@ TILES = launch_table.TileLaunches(
     launch_type=Launch, baseline_tile=BASELINE_TILE, index_type=Index, label=f"a {NAME}",
     unknown_hint=lambda field: " (an entry sets only its tile; values, layout and strides "
                                "come from the call)",
+    tile_defaults={"body": DEFAULT_BODY},
 )
 _BASELINE: Launch = TILES.baseline
 SCHEMA: Schema[Tile] = TILES.schema
@@ -232,7 +253,8 @@ def compile_key_sources(
 
 def compile_keys(table: Table[Tile] | None, arch: str, *, num_heads: int,
                  head_dim: int = 512, quant_group_size: int = 128) -> frozenset[CompileKey]:
-    """The finite set of (tokens_per_program, heads_per_program, num_warps) to warm."""
+    """The finite set of (tokens_per_program, heads_per_program, num_warps, body) to
+    warm."""
     return frozenset(compile_key_sources(table, arch, num_heads=num_heads, head_dim=head_dim,
                                          quant_group_size=quant_group_size))
 
@@ -280,7 +302,8 @@ KERNEL = KernelSpec(
 )
 
 __all__ = [
-    "BASELINE_TILE", "FIELDS", "INT_FIELDS", "KERNEL", "NAME", "SCHEMA", "CompileKey", "Entry",
+    "BASELINE_TILE", "BODIES", "DEFAULT_BODY", "FIELDS", "INT_FIELDS", "KERNEL", "NAME",
+    "SCHEMA", "CompileKey", "Entry",
     "Index", "Key", "Launch", "Range", "Table", "TableError", "Tile", "baseline",
     "compile_key_sources", "compile_keys", "deployment_of", "load_table", "loads_table",
     "make_table", "render_table", "resolve", "shipped_table", "tile_problems",

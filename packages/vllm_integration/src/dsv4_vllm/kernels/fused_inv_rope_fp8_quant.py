@@ -341,7 +341,8 @@ class FusedInvRopeFP8QuantDispatch(Dispatch):
                 try:
                     kernels_firq.kernel_call(
                         *args, **kwargs, tokens_per_program=launch.tokens_per_program,
-                        heads_per_program=launch.heads_per_program, num_warps=launch.num_warps)
+                        heads_per_program=launch.heads_per_program, num_warps=launch.num_warps,
+                        body=launch.body)
                 except ValueError:
                     # Refused before anything was written: vLLM's kernel decides.
                     logger.warning("dsv4: the %s kernel refused a call vLLM made; this call "
