@@ -59,8 +59,16 @@ def test_the_empty_launch_is_timed_in_graphs_as_large_as_small_calls(monkeypatch
 
 def test_candidates_are_tiles_the_policy_accepts() -> None:
     assert len(set(tune.CANDIDATES)) == len(tune.CANDIDATES)
-    assert (1, 1, 1) in tune.CANDIDATES
+    assert (1, 1, 1, "head_rows") in tune.CANDIDATES
     for tile in tune.CANDIDATES:
+        assert policy.tile_problems(*tile) == [], tile
+    # Both bodies are candidates, and so is each one where it is meant to win: one warp of
+    # whole heads (head rows), one 16-byte vector per thread (block rows).
+    assert {tile[3] for tile in tune.CANDIDATES} == set(policy.BODIES)
+    assert (2, 1, 4, "block_rows") in tune.CANDIDATES
+    # The bitwise sweep's check tiles take both bodies too.
+    assert {tile[3] for tile in h.CHECK_TILES} == set(policy.BODIES)
+    for tile in h.CHECK_TILES:
         assert policy.tile_problems(*tile) == [], tile
     # The boxes tile T = 1..8,192 without a gap or an overlap, and the FULL decode
     # graph's two ends, T=1 and the default top capture size 512, are boxes of their own.
@@ -98,7 +106,7 @@ def test_every_box_gets_enough_distinct_probes_inside_it(heads: int) -> None:
             assert any(t % 4 for t in tokens), "a T with scale pad rows is probed"
 
 
-def _verdict(tile: tuple[int, int, int] = (1, 4, 1), worst: float = 1.234) -> probes.Verdict:
+def _verdict(tile: tuple = (1, 4, 1, "block_rows"), worst: float = 1.234) -> probes.Verdict:
     return probes.Verdict(tile, worst, 12)
 
 
@@ -111,7 +119,8 @@ def test_an_entry_matches_its_box_only_and_carries_its_evidence() -> None:
     assert found.provenance["probes"] == 12 and found.provenance["worst_speedup"] == "1.234x"
     assert found.provenance["command"] == tune.COMMAND
     hit = policy.resolve(policy.Key("sm90", 100, 64), table)
-    assert hit.source == "table:sm90-h64-t65-512" and hit.compile_key() == (1, 4, 1)
+    assert hit.source == "table:sm90-h64-t65-512"
+    assert hit.compile_key() == (1, 4, 1, "block_rows")  # the body travels with the tile
     for key in (policy.Key("sm90", 64, 64), policy.Key("sm90", 513, 64),
                 policy.Key("sm90", 100, 8), policy.Key("sm90", 100, 64, tma_aligned_scales=1),
                 policy.Key("sm90", 100, 64, quantize=0), policy.Key("sm100", 100, 64)):
@@ -349,11 +358,16 @@ def vllm_kernel(extracted: Path) -> upstream.Upstream:
 
 
 @pytest.mark.parametrize(("shape", "tile"), [
-    (h.Shape(1, 8), (1, 1, 1)),
-    (h.Shape(3, 8, tma_aligned_scales=True), (1, 4, 1)),
-    (h.Shape(5, 16), (2, 2, 2)),
-    (h.Shape(2, 8, quantize=False), (1, 8, 2)),
-    (h.Shape(6, 8, rope_kind="swa"), (4, 4, 4)),
+    (h.Shape(1, 8), (1, 1, 1, "head_rows")),
+    (h.Shape(3, 8, tma_aligned_scales=True), (1, 4, 1, "head_rows")),
+    (h.Shape(5, 16), (2, 2, 2, "head_rows")),
+    (h.Shape(2, 8, quantize=False), (1, 8, 2, "head_rows")),
+    (h.Shape(6, 8, rope_kind="swa"), (4, 4, 4, "head_rows")),
+    (h.Shape(1, 8), (1, 1, 2, "block_rows")),
+    (h.Shape(3, 8, tma_aligned_scales=True), (2, 1, 4, "block_rows")),
+    (h.Shape(5, 16), (4, 2, 8, "block_rows")),
+    (h.Shape(2, 8, quantize=False), (4, 1, 8, "block_rows")),
+    (h.Shape(6, 8, rope_kind="swa"), (2, 2, 4, "block_rows")),
 ])
 def test_both_kernels_write_the_same_bytes_in_the_interpreter(vllm_kernel, shape, tile) -> None:
     call = h.make_call(shape, "cpu", seed=3)
@@ -406,7 +420,7 @@ def test_a_differing_byte_is_caught(vllm_kernel) -> None:
             return out, scales
 
     off = Off(vllm_kernel.kernel, vllm_kernel.launch, vllm_kernel.record)
-    found = h.mismatch(h.make_call(h.Shape(3, 8), "cpu"), (1, 2, 1), off)
+    found = h.mismatch(h.make_call(h.Shape(3, 8), "cpu"), (1, 2, 1, "head_rows"), off)
     assert found is not None and "scale buffer" in found and "(function)" in found
 
 

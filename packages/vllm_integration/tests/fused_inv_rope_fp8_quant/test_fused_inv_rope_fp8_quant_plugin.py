@@ -38,7 +38,7 @@ TABLE = policy.loads_table(f"""schema = 1
 [[entry]]
 id = "decode"
 match = {{ arch = "sm90", num_tokens = {{ min = 0, max = 4 }} }}
-launch = {{ tokens_per_program = 1, heads_per_program = 8, num_warps = 4 }}
+launch = {{ tokens_per_program = 1, heads_per_program = 8, num_warps = 4, body = "block_rows" }}
 {PROVENANCE}
 
 [[entry]]
@@ -154,6 +154,26 @@ def test_a_hit_writes_vllms_buffers_as_specified(case: testing.Case) -> None:
     assert call.run(dispatch) is None
     call.assert_as_specified()
     assert dispatch.hits == 1 and dispatch.misses == 0 and spy.calls == []
+
+
+@pytest.mark.parametrize(("t", "tile"), [(3, (1, 8, 4, "block_rows")),
+                                         (7, (2, 4, 2, "head_rows"))])
+def test_a_hit_runs_its_entrys_tile_and_body(monkeypatch, t: int, tile: tuple) -> None:
+    """The entry's whole tile, its body included, reaches dsv4's kernel entry: T=3 hits
+    the block-rows entry, T=7 the head-rows one, and each writes the specification."""
+    seen: list[tuple] = []
+    real = launch.kernel_call
+
+    def record(*args: Any, **kwargs: Any) -> None:
+        seen.append((kwargs["tokens_per_program"], kwargs["heads_per_program"],
+                     kwargs["num_warps"], kwargs["body"]))
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(target_module.kernels_firq, "kernel_call", record)
+    call = Call(testing.Case(t, 2, 8, False, True, seed=t))
+    assert call.run(_dispatch(Spy())) is None
+    assert seen == [tile]
+    call.assert_as_specified()
 
 
 @pytest.mark.parametrize("label,table,arch", [
@@ -303,7 +323,8 @@ def _table(*entries: str) -> Any:
 def test_the_warm_up_keys_are_the_deployments_table_tiles() -> None:
     table = _table(
         'match = { arch = "sm90", num_tokens = { min = 0, max = 64 } }\n'
-        'launch = { tokens_per_program = 1, heads_per_program = 8, num_warps = 4 }',
+        'launch = { tokens_per_program = 1, heads_per_program = 8, num_warps = 4, '
+        'body = "block_rows" }',
         'match = { arch = "sm90", num_tokens = { min = 65, max = 9000 }, num_heads = 64 }\n'
         'launch = { tokens_per_program = 2, heads_per_program = 4, num_warps = 4 }',
         'match = { arch = "sm90", num_tokens = { min = 9001, max = 100000 } }\n'
@@ -315,15 +336,18 @@ def test_the_warm_up_keys_are_the_deployments_table_tiles() -> None:
     tp8 = Deployment(8, 8, 448, 64, 128, False, True, True)
     flags = (8, 448, 64, 128, False, True, True)
     # The baseline's (1, 1, 1) counts because an entry names it; the sm100 tile never.
+    # Each key names its body: the two bodies are two binaries.
     assert kernel_compile_keys(table, "sm90", tp1) == [
-        launch.CompileKey(1, 1, 1, *flags), launch.CompileKey(1, 8, 4, *flags),
-        launch.CompileKey(2, 4, 4, *flags)]
+        launch.CompileKey(1, 1, 1, "head_rows", *flags),
+        launch.CompileKey(1, 8, 4, "block_rows", *flags),
+        launch.CompileKey(2, 4, 4, "head_rows", *flags)]
     assert kernel_compile_keys(table, "sm90", tp8) == [
-        launch.CompileKey(1, 1, 1, *flags), launch.CompileKey(1, 8, 4, *flags)]
+        launch.CompileKey(1, 1, 1, "head_rows", *flags),
+        launch.CompileKey(1, 8, 4, "block_rows", *flags)]
     assert kernel_compile_keys(EMPTY, "sm90", tp1) == []  # a baseline launch is vLLM's
     pdl_off = tp8._replace(launch_pdl=False, tma_aligned_scales=True)
     assert kernel_compile_keys(table, "sm100", pdl_off) == [
-        launch.CompileKey(4, 2, 8, 8, 448, 64, 128, True, True, False)]
+        launch.CompileKey(4, 2, 8, "head_rows", 8, 448, 64, 128, True, True, False)]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -331,20 +355,21 @@ def test_every_capture_size_hit_is_warmed(seed: int) -> None:
     """For every T the capture sizes produce (and prefill T), a hit's binary is among
     the deployment's warm-up keys: the warm-up before capture covers every replay."""
     rng = random.Random(seed)
-    tiles = [(1, 8, 4), (2, 4, 4), (4, 2, 4), (1, 4, 2), (2, 2, 2), (8, 1, 4)]
+    tiles = [(1, 8, 4, "head_rows"), (2, 4, 4, "block_rows"), (4, 2, 4, "head_rows"),
+             (1, 4, 2, "block_rows"), (2, 2, 2, "head_rows"), (8, 1, 4, "block_rows")]
     cuts = sorted(rng.sample(range(1, 8192), 4))
     bounds = [0, *cuts, 2**31 - 1]
     entries = [f'match = {{ arch = "sm90", num_tokens = {{ min = {lo if i == 0 else lo + 1}, '
                f'max = {hi} }}{", quantize = 1" if rng.random() < 0.3 else ""} }}\n'
                f'launch = {{ tokens_per_program = {t[0]}, heads_per_program = {t[1]}, '
-               f'num_warps = {t[2]} }}'
+               f'num_warps = {t[2]}, body = "{t[3]}" }}'
                for i, (lo, hi, t) in enumerate(zip(bounds[:-1], bounds[1:],
                                                   rng.sample(tiles, len(bounds) - 1),
                                                   strict=True))]
     table = _table(*entries)
     for heads, quantize in ((64, True), (8, True), (8, False)):
         deployment = Deployment(heads, 8, 448, 64, 128, False, quantize, True)
-        warmed = {key[:3] for key in kernel_compile_keys(table, "sm90", deployment)}
+        warmed = {key[:4] for key in kernel_compile_keys(table, "sm90", deployment)}
         for t in [*CAPTURE_SIZES, *(rng.randint(513, 8192) for _ in range(50))]:
             found = policy.resolve(policy.Key("sm90", t, heads, 512, 128, 0, int(quantize)),
                                    table)

@@ -48,9 +48,12 @@ MAX_TOKENS = 16384
 """The largest T a random key inside an open-ended entry is drawn at."""
 NOMINAL_BYTES_PER_S = 4.2e12
 """The H200's nominal HBM bandwidth (the issue's floor); recorded beside the measured one."""
-CHECK_TILES = ((1, 1, 1), (1, 2, 1), (1, 4, 1), (2, 2, 1), (2, 2, 2), (1, 8, 2), (4, 4, 4))
-"""Tiles the bitwise sweep runs where the table has no entry, so it never compares vLLM
-with itself."""
+CHECK_TILES = ((1, 1, 1, "head_rows"), (2, 1, 4, "block_rows"), (1, 2, 1, "head_rows"),
+               (4, 1, 8, "block_rows"), (1, 4, 1, "head_rows"), (1, 1, 2, "block_rows"),
+               (2, 2, 1, "head_rows"), (4, 2, 8, "block_rows"), (2, 2, 2, "head_rows"),
+               (2, 2, 4, "block_rows"), (1, 8, 2, "head_rows"), (4, 4, 4, "head_rows"))
+"""Tiles (both bodies) the bitwise sweep runs where the table has no entry, so it never
+compares vLLM with itself."""
 
 
 @dataclass(frozen=True)
@@ -141,13 +144,13 @@ def baseline_unchanged(shape: Shape, arch: str, table: object | None = None) -> 
 
 def runner(call: Call, tile: object, up: upstream.Upstream) -> Callable[[], object]:
     """One call: vLLM's function with its kernel (``tile == BASELINE``), or with dsv4's
-    kernel and ``tile``."""
+    kernel and ``tile``, ``(tokens_per_program, heads_per_program, num_warps, body)``."""
     args = (*call.tensors, *call.case.args())
     if tile == BASELINE:
         return lambda: up.fused_inv_rope_fp8_quant(*args)
-    tpp, hpp, warps = tile  # type: ignore[misc]
+    tpp, hpp, warps, body = tile  # type: ignore[misc]
     return lambda: launch.fused_inv_rope_fp8_quant(
-        *args, tokens_per_program=tpp, heads_per_program=hpp, num_warps=warps)
+        *args, tokens_per_program=tpp, heads_per_program=hpp, num_warps=warps, body=body)
 
 
 def _kernel_object_outputs(call: Call, tile: object, up: upstream.Upstream) -> tuple:
@@ -168,9 +171,10 @@ def _kernel_object_outputs(call: Call, tile: object, up: upstream.Upstream) -> t
     if tile == BASELINE:
         up.kernel_call(o, pos, cache, out_buf, scale_buf, case.num_tokens, **kwargs)
     else:
-        tpp, hpp, warps = tile  # type: ignore[misc]
+        tpp, hpp, warps, body = tile  # type: ignore[misc]
         launch.kernel_call(o, pos, cache, out_buf, scale_buf, case.num_tokens, **kwargs,
-                           tokens_per_program=tpp, heads_per_program=hpp, num_warps=warps)
+                           tokens_per_program=tpp, heads_per_program=hpp, num_warps=warps,
+                           body=body)
     return out_buf.transpose(0, 1), (scale_buf.transpose(0, 1) if case.quantize
                                      else scale_buf)
 

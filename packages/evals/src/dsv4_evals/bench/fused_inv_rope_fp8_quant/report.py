@@ -156,9 +156,10 @@ def _interpreter_rows() -> tuple[list[dict], list[str]]:
         up: upstream.Upstream | None = upstream.load_kernel()
     except (upstream.UpstreamError, OSError, KeyError):
         up = None
-    tiles = sorted({launch.BASELINE_TILE, (1, 4, 1), (2, 2, 2), *(
-        (e.config.tokens_per_program, e.config.heads_per_program, e.config.num_warps)
-        for e in policy.shipped_table().entries)})
+    tiles = sorted({launch.BASELINE_TILE, (1, 4, 1, "head_rows"), (2, 2, 2, "head_rows"),
+                    (2, 1, 4, "block_rows"), (4, 2, 8, "block_rows"), *(
+        (e.config.tokens_per_program, e.config.heads_per_program, e.config.num_warps,
+         e.config.body) for e in policy.shipped_table().entries)})
     rows, bad = [], []
     for seed, (t, heads, tma, quantize) in enumerate(INTERPRETER_SHAPES):
         call = h.make_call(h.Shape(t, heads, tma, quantize), "cpu", seed)

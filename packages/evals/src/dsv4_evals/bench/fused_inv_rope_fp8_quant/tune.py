@@ -2,7 +2,8 @@
 
 vLLM's side is its whole ``fused_inv_rope_fp8_quant`` with its own kernel, as vLLM runs
 it (:mod:`.upstream`); dsv4's side is the same function with dsv4's kernel and a tile
-(``tokens_per_program``, ``heads_per_program``, ``num_warps``; :data:`CANDIDATES`).
+(``tokens_per_program``, ``heads_per_program``, ``num_warps`` and the kernel ``body``;
+:data:`CANDIDATES`).
 Every timing is GPU time per call under CUDA-graph replay, as the FULL decode graph
 runs the call, on the real DeepSeek-V4 ``cos_sin_cache`` and seeded bf16 ``o``
 (:mod:`.harness`); before a tile is timed at a probe, its bytes are checked equal to
@@ -103,12 +104,26 @@ is not the one that is best for most of 257-511 (H200, 2026-12-03, 8 heads: (2, 
 over a wide box's probes kept the wrong tile at the T the graph runs most."""
 HEADS = (64, 8, 16, 32, 128)
 """The targets' head counts first, so a run cut short by ``--budget-s`` still has them."""
-CANDIDATES: list[tuple[int, int, int]] = [
+HEAD_ROWS_TILES = [
     (1, 1, 1), (1, 2, 1), (1, 4, 1), (1, 8, 1), (2, 1, 1), (2, 2, 1), (2, 4, 1), (4, 1, 1),
     (4, 2, 1), (1, 4, 2), (2, 2, 2), (1, 8, 2), (2, 4, 2), (4, 4, 4),
 ]
-"""(tokens_per_program, heads_per_program, num_warps); at most 8 x warps (token, head)
-pairs per program (the 128 elements per thread the policy allows)."""
+"""The head-rows body's tiles: few warps, whole heads per thread."""
+BLOCK_ROWS_TILES = [
+    (1, 1, 2), (2, 1, 4), (1, 2, 4), (4, 1, 4), (2, 2, 4), (4, 1, 8), (4, 2, 8), (2, 4, 8),
+    (8, 1, 8), (4, 4, 8), (8, 1, 16), (4, 2, 16),
+]
+"""The block-rows body's tiles: enough warps that a thread holds one or two 16-byte
+vectors (H200, 2026-12-04: the best at 8 and 64 heads from T=1 to 8,192 were among the
+first ten; with one warp it is slower than the head-rows body everywhere). The two
+16-warp tiles are one program of 32 blocks per SM at 8 heads and T≈100, where the
+8-warp tiles either leave SMs idle or put two programs on some."""
+CANDIDATES: list[tuple[int, int, int, str]] = [
+    *((*tile, "head_rows") for tile in HEAD_ROWS_TILES),
+    *((*tile, "block_rows") for tile in BLOCK_ROWS_TILES),
+]
+"""(tokens_per_program, heads_per_program, num_warps, body); at most 8 x warps (token,
+head) pairs per program (the 128 elements per thread the policy allows)."""
 MIN_PROBES = 12
 """Calls a box is timed at, at least: what ``tests/test_provenance.py`` asks of every
 shipped entry."""
