@@ -135,6 +135,38 @@ CONSTEXPRS: tuple[str, ...] = (
 """The kernel's constexpr parameters, in signature order (after every run-time one)."""
 
 
+@triton.jit
+def _tile_rows(head_row, num_tokens, num_heads, HEADS_PER_GROUP: tl.constexpr,
+               BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Where head-row ``head_row`` of this program's ``BLOCK_T`` x ``BLOCK_H`` tile lies
+    (token ``head_row // BLOCK_H``, head ``head_row % BLOCK_H`` of the tile), both bodies'
+    one indexing: ``(tok, head, live_t, live_h, live, group, head_in_group)``, int64."""
+    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (head_row // BLOCK_H).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64) * BLOCK_H + (head_row % BLOCK_H).to(tl.int64)
+    live_t = tok < num_tokens
+    live_h = head < num_heads
+    return (tok, head, live_t, live_h, live_t & live_h, head // HEADS_PER_GROUP,
+            head % HEADS_PER_GROUP)
+
+
+@triton.jit
+def _power_of_two_scale(block_absmax, fp8_max: tl.constexpr):
+    """vLLM's block scale ``exp2(ceil(log2(amax * (1 / fp8_max))))`` (``block_absmax``
+    already floored at ``eps``) and its exact reciprocal.
+
+    A scale is a power of two 2**e, -42 <= e <= 120, or +inf (a block holding an
+    infinity; NaN passes through as NaN). Its reciprocal 2**-e is exact, written from the
+    exponent bits ((127 - e) << 23 = (254 - biased) << 23), and x * 2**-e is x / scale
+    bit for bit: no division at all. Infinity gets 0 (signed zeros, and NaN for the
+    infinite lane, as the division gives); NaN stays NaN."""
+    scale_raw = block_absmax * (1.0 / fp8_max)
+    scales = tl.math.exp2(tl.ceil(tl.log2(scale_raw)))
+    biased = scales.to(tl.int32, bitcast=True) >> 23
+    inv = ((254 - biased) << 23).to(tl.float32, bitcast=True)
+    inv = tl.where(scales > 3.0e38, 0.0, inv)
+    return scales, tl.where(scales != scales, scales, inv)
+
+
 @triton.jit(do_not_specialize=list(RUNTIME_ARGS))
 def fused_inv_rope_fp8_quant_kernel(
     o_ptr,
@@ -168,14 +200,8 @@ def fused_inv_rope_fp8_quant_kernel(
     OUT_ROW: tl.constexpr = HEADS_PER_GROUP * HEAD_DIM
     ROWS: tl.constexpr = BLOCK_T * BLOCK_H
     ROPE: tl.constexpr = 2 * HALF_ROPE
-    r = tl.arange(0, ROWS)
-    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (r // BLOCK_H).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64) * BLOCK_H + (r % BLOCK_H).to(tl.int64)
-    live_t = tok < num_tokens
-    live_h = head < num_heads
-    live = live_t & live_h
-    group = head // HEADS_PER_GROUP
-    head_in_group = head % HEADS_PER_GROUP
+    tok, head, live_t, live_h, live, group, head_in_group = _tile_rows(
+        tl.arange(0, ROWS), num_tokens, num_heads, HEADS_PER_GROUP, BLOCK_T, BLOCK_H)
 
     # The rope strip: lanes NOPE_DIM + j, j < ROPE, each with vLLM's per-lane expression
     # (partner lane (NOPE_DIM + j) ^ 1, cos/sin column j >> 1; NOPE_DIM is even). The
@@ -235,17 +261,7 @@ def fused_inv_rope_fp8_quant_kernel(
                         == tl.arange(0, CHUNKS_PER_HEAD)[None, :, None])
             amax_rope = tl.max(tl.where(in_chunk, tl.abs(rope)[:, None, :], 0.0), axis=2)
             block_absmax = tl.maximum(tl.maximum(amax_nope, amax_rope), eps)
-        scale_raw = block_absmax * (1.0 / fp8_max)
-        scales = tl.math.exp2(tl.ceil(tl.log2(scale_raw)))
-
-        # A scale is a power of two 2**e, -42 <= e <= 120, or +inf (a block holding an
-        # infinity; NaN passes through as NaN). Its reciprocal 2**-e is exact, written
-        # from the exponent bits ((127 - e) << 23 = (254 - biased) << 23), and x * 2**-e
-        # is x / scale bit for bit: no division at all.
-        biased = scales.to(tl.int32, bitcast=True) >> 23
-        inv = ((254 - biased) << 23).to(tl.float32, bitcast=True)
-        inv = tl.where(scales > 3.0e38, 0.0, inv)
-        inv = tl.where(scales != scales, scales, inv)
+        scales, inv = _power_of_two_scale(block_absmax, fp8_max)
         q = tl.clamp(x * inv[:, :, None], -fp8_max, fp8_max).to(tl.float8e4nv)
         tl.store(row_dst[:, None, None] + d, q, mask=is_nope)
         if ONE_ROPE_CHUNK:
@@ -361,15 +377,9 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
     OUT_ROW: tl.constexpr = HEADS_PER_GROUP * HEAD_DIM
     BLOCKS: tl.constexpr = BLOCK_T * BLOCK_H * CHUNKS_PER_HEAD
     b = tl.arange(0, BLOCKS)
-    head_row = b // CHUNKS_PER_HEAD
     chunk = (b % CHUNKS_PER_HEAD).to(tl.int64)
-    tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (head_row // BLOCK_H).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64) * BLOCK_H + (head_row % BLOCK_H).to(tl.int64)
-    live_t = tok < num_tokens
-    live_h = head < num_heads
-    live = live_t & live_h
-    group = head // HEADS_PER_GROUP
-    head_in_group = head % HEADS_PER_GROUP
+    tok, head, live_t, live_h, live, group, head_in_group = _tile_rows(
+        b // CHUNKS_PER_HEAD, num_tokens, num_heads, HEADS_PER_GROUP, BLOCK_T, BLOCK_H)
 
     # Pair q of block row b holds lanes chunk * QUANT_GROUP_SIZE + 2q (even) and + 1
     # (odd); a rope pair's cos/sin column is its pair index from NOPE_DIM (even), read
@@ -404,15 +414,7 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
         tl.store(dst[:, None] + k, y, mask=live[:, None])
     else:
         amax = tl.maximum(tl.max(tl.abs(y_even), axis=1), tl.max(tl.abs(y_odd), axis=1))
-        block_absmax = tl.maximum(amax, eps)
-        scale_raw = block_absmax * (1.0 / fp8_max)
-        scales = tl.math.exp2(tl.ceil(tl.log2(scale_raw)))
-        # The exact reciprocal of a power-of-two scale, from its exponent bits; inf -> 0,
-        # NaN stays NaN (as in the head-rows body).
-        biased = scales.to(tl.int32, bitcast=True) >> 23
-        inv = ((254 - biased) << 23).to(tl.float32, bitcast=True)
-        inv = tl.where(scales > 3.0e38, 0.0, inv)
-        inv = tl.where(scales != scales, scales, inv)
+        scales, inv = _power_of_two_scale(tl.maximum(amax, eps), fp8_max)
         q_even = tl.clamp(y_even * inv[:, None], -fp8_max, fp8_max)
         q_odd = tl.clamp(y_odd * inv[:, None], -fp8_max, fp8_max)
         quant = tl.reshape(tl.join(q_even, q_odd), (BLOCKS, QUANT_GROUP_SIZE)).to(tl.float8e4nv)
@@ -431,15 +433,14 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
             packed = tl.sum(tl.reshape(ue8m0, (PACKED, 4)) << (tl.arange(0, 4)[None, :] * 8),
                             axis=1)
             first = 4 * tl.arange(0, PACKED)
-            p_row = first // CHUNKS_PER_HEAD
-            p_tok = tl.program_id(0).to(tl.int64) * BLOCK_T + (p_row // BLOCK_H).to(tl.int64)
-            p_head = tl.program_id(1).to(tl.int64) * BLOCK_H + (p_row % BLOCK_H).to(tl.int64)
-            p_k = ((p_head % HEADS_PER_GROUP) * (CHUNKS_PER_HEAD // 4)
-                   + (first % CHUNKS_PER_HEAD) // 4)
-            packed = tl.where(p_tok < num_tokens, packed, 0)
-            p_addr = (scale_ptr + (p_head // HEADS_PER_GROUP) * scale_stride_group.to(tl.int64)
-                      + p_tok + p_k * stride_k)
-            tl.store(p_addr, packed, mask=(p_tok < rows) & (p_head < num_heads))
+            p_tok, _, p_live_t, p_live_h, _, p_group, p_head_in_group = _tile_rows(
+                first // CHUNKS_PER_HEAD, num_tokens, num_heads, HEADS_PER_GROUP, BLOCK_T,
+                BLOCK_H)
+            p_k = p_head_in_group * (CHUNKS_PER_HEAD // 4) + (first % CHUNKS_PER_HEAD) // 4
+            packed = tl.where(p_live_t, packed, 0)
+            p_addr = (scale_ptr + p_group * scale_stride_group.to(tl.int64) + p_tok
+                      + p_k * stride_k)
+            tl.store(p_addr, packed, mask=(p_tok < rows) & p_live_h)
         else:
             scales = tl.where(pad, 0.0, scales)
             k_index = head_in_group * CHUNKS_PER_HEAD + chunk
