@@ -156,6 +156,15 @@ def test_a_hit_writes_vllms_buffers_as_specified(case: testing.Case) -> None:
     assert dispatch.hits == 1 and dispatch.misses == 0 and spy.calls == []
 
 
+def test_the_policys_bodies_are_the_kernels_bodies() -> None:
+    """The policy (stdlib only) and the kernels each name the bodies; the plugin joins
+    them, so a body one side adds without the other would be a table entry the kernel
+    refuses (and vLLM's kernel would run): the two lists and defaults must agree."""
+    assert policy.BODIES == checks.BODIES
+    assert policy.DEFAULT_BODY == checks.DEFAULT_BODY == launch.BASELINE_TILE[3]
+    assert policy.BASELINE_TILE.body == policy.DEFAULT_BODY
+
+
 @pytest.mark.parametrize(("t", "tile"), [(3, (1, 8, 4, "block_rows")),
                                          (7, (2, 4, 2, "head_rows"))])
 def test_a_hit_runs_its_entrys_tile_and_body(monkeypatch, t: int, tile: tuple) -> None:

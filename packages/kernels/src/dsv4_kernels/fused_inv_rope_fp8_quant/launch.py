@@ -37,6 +37,8 @@ Tile: ``tokens_per_program`` x ``heads_per_program`` (token x head) per program,
 the two kernels of :mod:`.kernel`, which write the same bytes with the same grid. The
 defaults ``(1, 1, 1, "head_rows")`` are vLLM's own launch shape (one warp per (token,
 head)); ``num_stages`` is not a tile field: neither body has a loop to pipeline.
+``launch_pdl=None`` means vLLM's rule, ``is_arch_support_pdl()``: compute capability 9
+or newer (never under the interpreter).
 
 The host path goes through :class:`dsv4_kernels._direct_launch.DirectLauncher`: after a
 binary's first launch on a device it is launched with its C launcher directly (one
