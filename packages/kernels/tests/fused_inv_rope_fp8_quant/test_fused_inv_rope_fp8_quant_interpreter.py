@@ -295,6 +295,69 @@ def test_kernel_call_refusals_leave_buffers_untouched() -> None:
         launch.kernel_call(o, pos, cache, out_buf, wrong, 3, **good)
 
 
+ARCH_RULES = [((8, 0), True, False, "quantize"), ((8, 6), True, False, "quantize"),
+              ((8, 0), True, True, "quantize"), ((8, 9), False, True, "launch_pdl"),
+              ((8, 0), False, True, "launch_pdl"), ((8, 0), False, False, None),
+              ((8, 6), False, False, None), ((8, 9), True, False, None),
+              ((9, 0), True, True, None), ((10, 0), True, True, None)]
+"""(compute capability, quantize, launch_pdl, the argument refused or None): FP8 output
+from sm89, PDL from sm90, as Triton builds them."""
+
+
+@pytest.mark.parametrize(("capability", "quantize", "pdl", "refused"), ARCH_RULES)
+def test_what_the_gpu_cannot_build_is_refused_before_anything_is_written(
+        monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int], quantize: bool,
+        pdl: bool, refused: str | None) -> None:
+    """On a GPU that cannot build the binary (an A100 asked for FP8 output or PDL) the
+    function, the kernel-object entry and the warm-up raise a ValueError naming the
+    argument and the GPU, and leave poisoned buffers as they were; what it can build
+    runs and writes the specification's bytes. The interpreter stands in for the GPU:
+    only the capability the launcher reads is replaced."""
+    monkeypatch.setattr(launch, "device_capability", lambda device: capability)
+    assert checks.fp8_supported(capability) == (capability >= (8, 9))
+    assert checks.pdl_supported(capability) == (capability >= (9, 0))
+    case = testing.Case(5, 2, 8, False, quantize, seed=sum(capability) + 2 * quantize + pdl)
+    o, pos, cache = case.tensors("cpu")
+    checked = checks.check_inputs(o, pos, cache, *case.args())
+    out_buf, scale_buf = launch.allocate(checked, o.dtype, 2, False, quantize)
+    testing.poison_like_vllm(out_buf, scale_buf)
+    poisoned = testing.bits(out_buf).clone()
+    call = dict(heads_per_group=8, quant_group_size=128, chunks_per_head=4, nope_dim=448,
+                half_rope=32, tma_aligned_scales=False, quantize=quantize, fp8_max=448.0,
+                launch_pdl=pdl, grid=(checked.tma_aligned_T, 16), body="block_rows",
+                tokens_per_program=2, num_warps=4)
+    key = launch.CompileKey(2, 1, 4, "block_rows", 8, 448, 64, 128, False, quantize, pdl)
+    gpu = rf"got True on a compute capability {capability[0]}\.{capability[1]} GPU"
+    if refused is None:
+        _check(case, (2, 1, 4, "block_rows"), (o, pos, cache))
+        launch.kernel_call(o, pos, cache, out_buf, scale_buf, 5, **call)
+        want_bits, _ = testing.interpreter_expected(case, o, pos, cache)
+        assert torch.equal(testing.bits(out_buf.transpose(0, 1)), want_bits)
+        assert launch.warmup([key], "cpu") == 0
+        return
+    with pytest.raises(ValueError, match=rf"^fused_inv_rope_fp8_quant: {refused}: {gpu}; "
+                                         rf"expected False there"):
+        launch.fused_inv_rope_fp8_quant(o, pos, cache, *case.args(), launch_pdl=pdl)
+    with pytest.raises(ValueError, match=rf"^kernel_call: {refused}: {gpu}"):
+        launch.kernel_call(o, pos, cache, out_buf, scale_buf, 5, **call)
+    assert torch.equal(testing.bits(out_buf), poisoned)
+    if quantize:
+        assert torch.all(testing.scale_storage(scale_buf.transpose(0, 1)).view(torch.int32)
+                         == testing.POISON_WORD)
+    good = key._replace(quantize=False, launch_pdl=False)
+    with pytest.raises(ValueError, match=rf"^warmup: {refused}: {gpu}"):
+        launch.warmup([good, key], "cpu")
+
+
+def test_vllms_default_pdl_rule_is_never_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``launch_pdl=None`` (vLLM's rule) on an A100 launches without PDL and runs."""
+    monkeypatch.setattr(launch, "device_capability", lambda device: (8, 0))
+    case = testing.Case(3, 1, 8, False, False, seed=9)
+    o, pos, cache = case.tensors("cpu")
+    got = launch.fused_inv_rope_fp8_quant(o, pos, cache, *case.args(), launch_pdl=None)
+    assert torch.equal(testing.bits(got[0]), testing.interpreter_expected(case, o, pos, cache)[0])
+
+
 @pytest.mark.parametrize("jit", [kernel.fused_inv_rope_fp8_quant_kernel,
                                  kernel.fused_inv_rope_fp8_quant_block_rows_kernel],
                          ids=BODIES)

@@ -24,6 +24,15 @@ that are not 16-byte aligned, and row strides of ``o`` and ``cos_sin_cache`` tha
 not multiples of 16 elements (the kernel takes them in units of 16 elements, so that
 its loads are whole 16-byte vectors without specialising a binary on any stride).
 
+Refused by the GPU it would run on (:func:`check_arch`), where Triton cannot build the
+binary (a compile error in the middle of a launch otherwise): ``quantize=True`` below
+compute capability 8.9, where Triton has no FP8 e4m3 (``float8e4nv``), and
+``launch_pdl=True`` below 9.0, where there is no ``griddepcontrol``. vLLM itself
+quantizes only when ``wo_a``'s weights are FP8 and launches with PDL by
+``is_arch_support_pdl()`` (9.0 and newer), so an A100 (8.0) or an SM86 card runs this op
+with ``quantize=False`` and without PDL, and that is what the GPU tests and the bench run
+there.
+
 The caller's promise, as it is vLLM's: every ``positions[t]`` (t < T) indexes a row of
 ``cos_sin_cache``; reading it would need a device sync.
 """
@@ -52,6 +61,12 @@ MAX_ELEMENTS_PER_THREAD = 128
 BODIES = ("head_rows", "block_rows")
 """The kernel's two bodies (both in :mod:`.kernel`), as a tile names them."""
 DEFAULT_BODY = "head_rows"
+FP8_MIN_CAPABILITY = (8, 9)
+"""The oldest GPU whose binaries Triton builds with FP8 e4m3 (``float8e4nv``) in them:
+sm89 (Ada) and newer. Below it the quantized output cannot be compiled."""
+PDL_MIN_CAPABILITY = (9, 0)
+"""The oldest GPU with programmatic dependent launch (``griddepcontrol``): sm90. vLLM's
+``is_arch_support_pdl()`` is the same rule."""
 
 
 def fail(name: str, got: object, accepted: str, fn: str = FN) -> ValueError:
@@ -99,6 +114,37 @@ def check_tile(tokens_per_program: object, heads_per_program: object, num_warps:
             raise fail("tile", f"{tokens_per_program} tokens x {heads_per_program} heads x "
                        f"{head_dim} lanes over {num_warps} warps ({per_thread} per thread)",
                        f"at most {MAX_ELEMENTS_PER_THREAD} elements per thread", fn)
+
+
+def fp8_supported(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of compute ``capability`` can run the quantized (FP8) output."""
+    return tuple(capability) >= FP8_MIN_CAPABILITY
+
+
+def pdl_supported(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of compute ``capability`` can launch with PDL."""
+    return tuple(capability) >= PDL_MIN_CAPABILITY
+
+
+def check_arch(capability: tuple[int, int] | None, quantize: bool, launch_pdl: bool,
+               fn: str = FN) -> None:
+    """Refuse what the GPU of compute ``capability`` cannot build (None: no GPU, as under
+    Triton's CPU interpreter, which runs both): FP8 output below
+    :data:`FP8_MIN_CAPABILITY`, PDL below :data:`PDL_MIN_CAPABILITY`."""
+    if capability is None:
+        return
+    where = f"a compute capability {capability[0]}.{capability[1]} GPU"
+    if quantize and not fp8_supported(capability):
+        need = "{}.{}".format(*FP8_MIN_CAPABILITY)
+        raise fail("quantize", f"True on {where}",
+                   f"False there: Triton builds FP8 e4m3 output only for compute "
+                   f"capability {need} or newer (vLLM quantizes only when wo_a's weights "
+                   f"are FP8)", fn)
+    if launch_pdl and not pdl_supported(capability):
+        need = "{}.{}".format(*PDL_MIN_CAPABILITY)
+        raise fail("launch_pdl", f"True on {where}",
+                   f"False there: PDL (griddepcontrol) needs compute capability {need} or "
+                   f"newer, vLLM's is_arch_support_pdl() rule", fn)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,11 @@ head)); ``num_stages`` is not a tile field: neither body has a loop to pipeline.
 ``launch_pdl=None`` means vLLM's rule, ``is_arch_support_pdl()``: compute capability 9
 or newer (never under the interpreter).
 
+What the GPU cannot build is refused before anything is allocated or written
+(:func:`.checks.check_arch`, a ``ValueError``): ``quantize=True`` below compute
+capability 8.9 (no FP8 e4m3 in Triton there) and ``launch_pdl=True`` below 9.0. An A100
+runs the op as vLLM does there, unquantized and without PDL.
+
 The host path goes through :class:`dsv4_kernels._direct_launch.DirectLauncher`: after a
 binary's first launch on a device it is launched with its C launcher directly (one
 ``cuLaunchKernelEx`` on the current stream, so CUDA-graph capturable: in decode this
@@ -62,10 +67,13 @@ from dsv4_kernels.fused_inv_rope_fp8_quant.checks import (
     FN,
     FP8_MAX,
     Checked,
+    check_arch,
     check_buffers,
     check_inputs,
     check_tile,
     fail,
+    fp8_supported,
+    pdl_supported,
 )
 
 EPS = 1e-10
@@ -111,15 +119,33 @@ def direct_launches() -> int:
 
 
 @functools.cache
-def _pdl_default(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] >= 9
+def _capability(index: int) -> tuple[int, int]:
+    major, minor = torch.cuda.get_device_capability(index)
+    return major, minor
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """The compute capability of the GPU ``device`` names, or None where no GPU runs the
+    kernel (a CPU tensor, or Triton's interpreter)."""
+    if device.type != "cuda" or interpreting():
+        return None
+    return _capability(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def default_launch_pdl(device: torch.device) -> bool:
-    """vLLM's ``is_arch_support_pdl()`` for ``device``: sm90 and newer (False on CPU)."""
+    """vLLM's ``is_arch_support_pdl()`` for ``device``: sm90 and newer (False on CPU and
+    under the interpreter, which has no PDL)."""
     if device.type != "cuda" or interpreting():
         return False
-    return _pdl_default(device.index if device.index is not None else torch.cuda.current_device())
+    capability = device_capability(device)
+    return capability is not None and pdl_supported(capability)
+
+
+def quantize_supported(device: torch.device) -> bool:
+    """Whether ``device`` can run the FP8 output (``quantize=True``): sm89 and newer, and
+    Triton's interpreter."""
+    capability = device_capability(device)
+    return capability is None or fp8_supported(capability)
 
 
 def fused_inv_rope_fp8_quant(
@@ -153,7 +179,7 @@ def fused_inv_rope_fp8_quant(
                            rope_dim, quant_group_size, tma_aligned_scales, quantize)
     check_tile(tokens_per_program, heads_per_program, num_warps, checked.head_dim, body=body)
     pdl = _pdl(launch_pdl, checked.device)
-    _require_device(checked.device)
+    _require_device(checked.device, quantize, launch_pdl is True)
     out_buf, scale_buf = allocate(checked, o.dtype, n_groups, tma_aligned_scales, quantize)
     _launch(checked, o, positions, cos_sin_cache, out_buf, scale_buf, heads_per_group,
             nope_dim, rope_dim // 2, quant_group_size, tma_aligned_scales, quantize, pdl,
@@ -237,7 +263,7 @@ def kernel_call(
                   torch.float8_e4m3fn if quantize else o.dtype, fn)
     check_tile(tokens_per_program, heads_per_program, num_warps, checked.head_dim, fn,
                body=body)
-    _require_device(checked.device, fn)
+    _require_device(checked.device, quantize, launch_pdl, fn)
     _launch(checked, o, positions, cos_sin_cache, out_buf, scale_buf, heads_per_group,
             nope_dim, half_rope, quant_group_size, tma_aligned_scales, quantize,
             launch_pdl and not interpreting(), tokens_per_program, heads_per_program,
@@ -252,10 +278,13 @@ def _pdl(launch_pdl: bool | None, device: torch.device) -> bool:
     return launch_pdl and not interpreting()
 
 
-def _require_device(device: torch.device, fn: str = FN) -> None:
+def _require_device(device: torch.device, quantize: bool, launch_pdl: bool,
+                    fn: str = FN) -> None:
+    """A GPU (or the interpreter) that can build this call's binary."""
     if device.type != "cuda" and not interpreting():
         raise fail("o", f"device {device}", "a GPU device (or run with TRITON_INTERPRET=1 "
                    "to use Triton's CPU interpreter)", fn)
+    check_arch(device_capability(device), quantize, launch_pdl, fn)
 
 
 def _launch(checked: Checked, o: torch.Tensor, positions: torch.Tensor, cache: torch.Tensor,
@@ -294,13 +323,16 @@ def warmup(configs: Iterable[CompileKey | tuple], device: torch.device | str) ->
 
     Each key is launched once on tiny real buffers (one token, one group, bf16 ``o``,
     int64 positions, a 2-row table), the same specialisation as every later launch.
-    Raises ``ValueError`` on an invalid key before launching anything.
+    Raises ``ValueError`` on an invalid key, or one ``device`` cannot build (FP8 output
+    below sm89, PDL below sm90), before launching anything.
     """
     keys = [CompileKey(*config) for config in configs]
+    device = torch.device(device)
+    capability = device_capability(device)
     for key in keys:
         check_tile(key.tokens_per_program, key.heads_per_program, key.num_warps,
                    key.nope_dim + key.rope_dim, fn="warmup", body=key.body)
-    device = torch.device(device)
+        check_arch(capability, key.quantize, key.launch_pdl, "warmup")
     before = compile_count()
     for key in dict.fromkeys(keys):
         head_dim = key.nope_dim + key.rope_dim

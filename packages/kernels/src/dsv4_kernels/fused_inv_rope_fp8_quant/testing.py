@@ -34,6 +34,7 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -296,3 +297,63 @@ def interpreter_expected(case: Case, o: torch.Tensor, pos: torch.Tensor, cache: 
     s = reference.block_scales(x, case.quant_group_size)
     q = reference.pre_cast(x, s, case.quant_group_size)
     return interpreter_cast(q, torch.float8_e4m3fn).reshape(t, case.n_groups, d), scales
+
+
+# --------------------------------------------------------------------------- offline builds
+BUILD_TILES: tuple[tuple[int, int, int, str], ...] = (
+    (1, 1, 1, "head_rows"), (2, 1, 1, "head_rows"), (2, 2, 1, "head_rows"),
+    (2, 4, 2, "head_rows"), (4, 1, 1, "head_rows"), (4, 4, 4, "head_rows"),
+    (1, 1, 2, "block_rows"), (2, 1, 4, "block_rows"), (4, 1, 8, "block_rows"),
+    (4, 2, 8, "block_rows"), (8, 1, 16, "block_rows"), (4, 2, 16, "block_rows"),
+)
+"""Tiles the CPU tests build offline: each body from its smallest tile to 16 warps."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """One binary of DeepSeek-V4's geometry (448 + 64 lanes, 128-lane blocks, 8 heads per
+    group, bf16 ``o``, int64 positions): a tile of a body for a compute capability, with
+    the call's flags, typed as :mod:`.launch` passes them."""
+
+    tokens_per_program: int
+    heads_per_program: int
+    num_warps: int
+    body: str
+    capability: tuple[int, int]
+    quantize: bool = True
+    tma_aligned_scales: bool = False
+    launch_pdl: bool = False
+
+
+def build(spec: Build) -> Any:
+    """:func:`dsv4_kernels.offline_build.build` of ``spec``: ``Built(ok, error, ...)``."""
+    from dsv4_kernels import offline_build
+    from dsv4_kernels.fused_inv_rope_fp8_quant import kernel
+
+    fn = {"head_rows": kernel.fused_inv_rope_fp8_quant_kernel,
+          "block_rows": kernel.fused_inv_rope_fp8_quant_block_rows_kernel}[spec.body]
+    pointers = {"o_ptr": "*bf16", "positions_ptr": "*i64", "cos_sin_cache_ptr": "*fp32",
+                "out_ptr": "*fp8e4nv" if spec.quantize else "*bf16",
+                "scale_ptr": "*i32" if spec.tma_aligned_scales else "*fp32"}
+    constexprs = dict(HEADS_PER_GROUP=8, fp8_max=448.0, eps=1e-10, QUANT_GROUP_SIZE=128,
+                      CHUNKS_PER_HEAD=4, NOPE_DIM=448, HALF_ROPE=32, QUANTIZE=spec.quantize,
+                      TMA_ALIGNED_SCALES=spec.tma_aligned_scales,
+                      BLOCK_T=spec.tokens_per_program, BLOCK_H=spec.heads_per_program,
+                      ARG_DTYPES=0, launch_pdl=spec.launch_pdl)
+    assert tuple(constexprs) == kernel.CONSTEXPRS
+    signature = {**pointers, **dict.fromkeys(kernel.RUNTIME_ARGS, "i32")}
+    return offline_build.build(fn, signature, constexprs, spec.capability, spec.num_warps,
+                               aligned=tuple(pointers))
+
+
+def builds_json(payload: str) -> str:
+    """A JSON list of :class:`Build` fields in, a JSON list of ``{"build", "ok", "error",
+    "shared_bytes"}`` out (what :func:`dsv4_kernels.offline_build.run_child` runs)."""
+    import json
+    from dataclasses import asdict
+
+    out = []
+    for row in json.loads(payload):
+        spec = Build(**{**row, "capability": tuple(row["capability"])})
+        out.append({"build": asdict(spec), **asdict(build(spec))})
+    return json.dumps(out)

@@ -1,0 +1,77 @@
+"""FusedInvRopeFP8Quant's binaries built for sm80 to sm90 on the CPU runner, no GPU needed.
+
+Triton compiles for any NVIDIA target offline (:mod:`dsv4_kernels.offline_build`), so
+this answers on every CI run two questions a GPU run answers only on its own hardware:
+does every tile of both bodies build for the H200 (sm90: FP8 output, PDL) and for the
+A100 (sm80: what vLLM runs there, unquantized and without PDL), and are the capability
+rules :func:`.checks.check_arch` refuses by exactly the ones Triton has? The builds run
+in one child process without ``TRITON_INTERPRET`` (the interpreter replaces the compiler).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+from dsv4_kernels import offline_build
+from dsv4_kernels.fused_inv_rope_fp8_quant import checks, testing
+
+PIN_CAPABILITIES = [(8, 0), (8, 6), (8, 9), (9, 0)]
+"""A100, SM86 cards, Ada, Hopper: the two rules change between them."""
+PIN_TILES = (((2, 1, 1), "head_rows"), ((2, 1, 4), "block_rows"))
+
+
+def _pins(capability: tuple[int, int]) -> list[testing.Build]:
+    """FP8 output without PDL, and PDL without FP8 output, at one tile of each body."""
+    return [testing.Build(*tile, body, capability, quantize=q, launch_pdl=not q)
+            for tile, body in PIN_TILES for q in (True, False)]
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[testing.Build, dict]:
+    """Every build this module checks, in one child process."""
+    specs = []
+    for tile in testing.BUILD_TILES:
+        specs.append(testing.Build(*tile, (9, 0), quantize=True, launch_pdl=True))
+        specs.append(testing.Build(*tile, (8, 0), quantize=False, launch_pdl=False))
+    specs += [testing.Build(*tile, (9, 0), quantize=True, tma_aligned_scales=True,
+                            launch_pdl=True) for tile in testing.BUILD_TILES[::3]]
+    specs += [spec for capability in PIN_CAPABILITIES for spec in _pins(capability)]
+    out = offline_build.run_child("dsv4_kernels.fused_inv_rope_fp8_quant.testing",
+                                  "builds_json", json.dumps([asdict(s) for s in specs]))
+    results = json.loads(out)
+    assert [r["build"] for r in results] == json.loads(json.dumps([asdict(s) for s in specs]))
+    return dict(zip(specs, results, strict=True))
+
+
+def test_every_tile_builds_for_the_h200_and_the_a100(built: dict) -> None:
+    """Both bodies at every tile of :data:`testing.BUILD_TILES`: FP8 output with PDL for
+    sm90 (both scale layouts), and vLLM's A100 form (no quantize, no PDL) for sm80."""
+    wanted = [spec for spec in built if spec not in _pins(spec.capability)]
+    assert len(wanted) >= 2 * len(testing.BUILD_TILES)
+    assert {spec.body for spec in wanted} == set(checks.BODIES)
+    failed = [f"{spec}: {built[spec]['error']}" for spec in wanted if not built[spec]["ok"]]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("capability", PIN_CAPABILITIES, ids=lambda c: f"sm{c[0]}{c[1]}")
+def test_the_checks_refuse_exactly_what_triton_cannot_build(built: dict,
+                                                            capability: tuple[int, int]) -> None:
+    """FP8 output builds exactly where :func:`checks.fp8_supported` says so, and PDL
+    exactly where :func:`checks.pdl_supported` does; a refused build fails for that
+    reason and no other."""
+    for spec in _pins(capability):
+        result = built[spec]
+        supported = (checks.fp8_supported(capability) if spec.quantize
+                     else checks.pdl_supported(capability))
+        assert result["ok"] is supported, (spec, result["error"])
+        if not supported:
+            why = "fp8e4nv not supported" if spec.quantize else "requires .target sm_90"
+            assert why in result["error"], result["error"]
+
+
+def test_the_rules_split_where_triton_does() -> None:
+    """The thresholds themselves: sm89 for FP8 e4m3, sm90 for PDL."""
+    assert [checks.fp8_supported(c) for c in PIN_CAPABILITIES] == [False, False, True, True]
+    assert [checks.pdl_supported(c) for c in PIN_CAPABILITIES] == [False, False, False, True]

@@ -1,0 +1,39 @@
+"""The offline builder's own behaviour: architecture names, a refusal reported as a
+result, and the guard against the interpreter."""
+
+from __future__ import annotations
+
+import pytest
+from dsv4_kernels import offline_build
+
+
+@pytest.mark.parametrize(("text", "capability"), [("sm80", (8, 0)), ("sm90a", (9, 0)),
+                                                  ("8.6", (8, 6)), ("sm100", (10, 0))])
+def test_arch_names(text: str, capability: tuple[int, int]) -> None:
+    assert offline_build.parse_arch(text) == capability
+
+
+@pytest.mark.parametrize("text", ["sm8", "ampere", "9", ""])
+def test_bad_arch_names_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^offline_build: arch: got .*; expected smXY"):
+        offline_build.parse_arch(text)
+
+
+def test_the_reason_is_the_line_that_says_why() -> None:
+    dump = ("Internal Triton PTX codegen error\n`ptxas` stderr:\nptxas x.ptx, line 9; error"
+            "   : Instruction 'griddepcontrol' requires .target sm_90 or higher\n\n.version 8.8")
+    assert offline_build.reason(dump).endswith("requires .target sm_90 or higher")
+    assert offline_build.reason("at 1:0:\nValueError(\"type fp8e4nv not supported\")") == \
+        'ValueError("type fp8e4nv not supported")'
+    assert offline_build.reason("") == ""
+
+
+def test_building_under_the_interpreter_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET is set"):
+        offline_build.build(None, {}, {}, (9, 0), 1)
+
+
+def test_a_failing_child_is_an_error_with_its_stderr() -> None:
+    with pytest.raises(RuntimeError, match=r"(?s)offline_build: json\.loads failed \(exit 1\).*JSONDecodeError"):
+        offline_build.run_child("json", "loads", "not json")
