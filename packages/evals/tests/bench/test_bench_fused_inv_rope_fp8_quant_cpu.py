@@ -79,6 +79,31 @@ def test_candidates_are_tiles_the_policy_accepts() -> None:
     assert sorted(tune.HEADS) == [8, 16, 32, 64, 128]
 
 
+def test_every_candidate_and_shipped_tile_builds_offline_for_sm90_and_sm80() -> None:
+    """Every tile the tuner may write and every tile the shipped table holds, built by
+    Triton for the H200 (FP8 output, PDL, FP32 scales: what the tuner times) and in the
+    A100's form (sm80: unquantized, no PDL), with no GPU: a tile that cannot compile
+    fails here, not in the middle of a tuning run or a served step."""
+    import dataclasses
+
+    from dsv4_kernels import offline_build
+    from dsv4_kernels.fused_inv_rope_fp8_quant import testing
+
+    tiles = dict.fromkeys([*tune.CANDIDATES, *((e.config.tokens_per_program,
+                                                e.config.heads_per_program,
+                                                e.config.num_warps, e.config.body)
+                                              for e in policy.shipped_table().entries)])
+    specs = [testing.Build(*tile, capability, quantize=capability == (9, 0),
+                           launch_pdl=capability == (9, 0))
+             for tile in tiles for capability in ((9, 0), (8, 0))]
+    results = json.loads(offline_build.run_child(
+        "dsv4_kernels.fused_inv_rope_fp8_quant.testing", "builds_json",
+        json.dumps([dataclasses.asdict(s) for s in specs])))
+    assert len(results) == len(specs) >= 2 * len(tune.CANDIDATES)
+    failed = [(r["build"], r["error"]) for r in results if not r["ok"]]
+    assert not failed, failed
+
+
 def test_carve_makes_each_point_a_box_and_keeps_the_rest() -> None:
     boxes = [(1, 16), (17, 64), (65, 128)]
     assert tune.carve(boxes, (1, 40, 128)) == [(1, 1), (2, 16), (17, 39), (40, 40),

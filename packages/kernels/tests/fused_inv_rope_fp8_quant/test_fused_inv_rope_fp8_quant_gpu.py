@@ -10,6 +10,11 @@ the kernel extracted from the locked wheel, in the same run as the timings.
 Every comparison covers the FP8 (or bf16) bytes, the scale buffer as a whole (pad rows
 included), shapes, strides and dtypes. Graph tests capture the kernel, then replay it on
 new data written into the captured inputs; no compile happens after warm-up.
+
+The GPU decides what runs (:func:`.checks.check_arch`): on an H200 everything; on an
+A100 (sm80, no FP8 e4m3 in Triton, no PDL) every test runs the unquantized output vLLM
+runs there, and each FP8 or PDL call is checked to be refused with a ``ValueError``
+that names the argument, with nothing written.
 """
 
 from __future__ import annotations
@@ -38,6 +43,26 @@ def dev() -> str:
     if not torch.cuda.is_available() or launch.interpreting():
         raise RuntimeError("GPU tests need a CUDA device and TRITON_INTERPRET unset")
     return "cuda"
+
+
+@pytest.fixture(scope="module")
+def fp8(dev: str) -> bool:
+    """Whether this GPU builds the FP8 output (sm89 and newer)."""
+    return launch.quantize_supported(torch.device(dev))
+
+
+@pytest.fixture(scope="module")
+def pdl(dev: str) -> bool:
+    """Whether this GPU launches with PDL (sm90 and newer; vLLM's rule)."""
+    return launch.default_launch_pdl(torch.device(dev))
+
+
+def _refused(arg: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+    """``fn(*args, **kwargs)`` is refused for ``arg`` on this GPU
+    (:func:`checks.check_arch`)."""
+    with pytest.raises(ValueError, match=rf": {arg}: got True on a compute capability "
+                                         r"\d+\.\d+ GPU; expected False there"):
+        fn(*args, **kwargs)
 
 
 def _spec(o: torch.Tensor, pos: torch.Tensor, cache: torch.Tensor, *args: Any) -> Any:
@@ -73,23 +98,32 @@ def _cases(count: int, seed: int) -> list[testing.Case]:
     return out
 
 
-def test_bitwise_equal_to_the_specification_over_generated_calls(tables: dict) -> None:
-    """520 generated calls, each with a tile: FP8 bytes, scales and pad rows equal."""
+def test_bitwise_equal_to_the_specification_over_generated_calls(tables: dict,
+                                                                 fp8: bool) -> None:
+    """520 generated calls, each with a tile: FP8 bytes, scales and pad rows equal (on a
+    GPU without FP8, the quantized calls are refused and the others compared)."""
     cases = _cases(520, seed=2024)
     assert len(cases) >= 500
+    compared = 0
     for i, case in enumerate(cases):
         tensors = case.tensors("cuda", tables[case.rope_kind])
+        if case.quantize and not fp8:
+            _refused("quantize", _ours, case, tensors, TILES[i % len(TILES)])
+            continue
         theirs = _spec(*tensors, *case.args())
         ours = _ours(case, tensors, TILES[i % len(TILES)])
         testing.assert_same(ours, theirs, f"{case} tile {TILES[i % len(TILES)]}")
+        compared += 1
+    assert compared == len(cases) if fp8 else compared >= 100
 
 
 @pytest.mark.parametrize("heads", [(1, 8), (2, 8), (4, 8), (8, 8), (16, 8)])
 @pytest.mark.parametrize("t", [1, 3, 64, 513, 8192])
-def test_head_counts_and_token_counts(tables: dict, heads: tuple[int, int], t: int) -> None:
+def test_head_counts_and_token_counts(tables: dict, heads: tuple[int, int], t: int,
+                                      fp8: bool) -> None:
     """8/16/32/64/128 local heads, T up to 8,192, both scale layouts, every tile."""
     for tma in (False, True):
-        case = testing.Case(t, heads[0], heads[1], tma, True, seed=t + heads[0])
+        case = testing.Case(t, heads[0], heads[1], tma, fp8, seed=t + heads[0])
         tensors = case.tensors("cuda", tables["compress"])
         theirs = _spec(*tensors, *case.args())
         for tile in TILES:
@@ -130,46 +164,59 @@ def _kernel_kwargs(case: testing.Case, pdl: bool) -> dict:
                 fp8_max=448.0, launch_pdl=pdl, grid=(aligned, case.num_heads))
 
 
-@pytest.mark.parametrize("pdl", [True, False])
-def test_kernel_object_entry_on_poisoned_buffers(tables: dict, pdl: bool) -> None:
+@pytest.mark.parametrize("with_pdl", [True, False])
+def test_kernel_object_entry_on_poisoned_buffers(tables: dict, with_pdl: bool, fp8: bool,
+                                                 pdl: bool) -> None:
     """The entry a plugin uses in place of vLLM's kernel object writes poisoned vLLM
     buffers completely (pad rows zero), as the specification says, PDL on or off, at
-    vLLM's launch shape and at a wide tile of each body."""
+    vLLM's launch shape and at a wide tile of each body; a call this GPU cannot build
+    (FP8 output or PDL) is refused and leaves them poisoned."""
     for case in _cases(30, seed=5):
         o, pos, cache = case.tensors("cuda", tables[case.rope_kind])
         checked = checks.check_inputs(o, pos, cache, *case.args())
+        refused = ("quantize" if case.quantize and not fp8
+                   else "launch_pdl" if with_pdl and not pdl else None)
         bufs = []
         for tile in (launch.BASELINE_TILE, (2, 4, 4, "head_rows"), (2, 1, 4, "block_rows")):
             out_buf, scale_buf = launch.allocate(checked, o.dtype, case.n_groups,
                                                  case.tma_aligned_scales, case.quantize)
             testing.poison_like_vllm(out_buf, scale_buf)
-            launch.kernel_call(o, pos, cache, out_buf, scale_buf, case.num_tokens,
-                               **_kernel_kwargs(case, pdl), tokens_per_program=tile[0],
-                               heads_per_program=tile[1], num_warps=tile[2], body=tile[3])
+            poisoned = testing.bits(out_buf).clone()
+            args = (o, pos, cache, out_buf, scale_buf, case.num_tokens)
+            kwargs = dict(_kernel_kwargs(case, with_pdl), tokens_per_program=tile[0],
+                          heads_per_program=tile[1], num_warps=tile[2], body=tile[3])
+            if refused:
+                _refused(refused, launch.kernel_call, *args, **kwargs)
+                torch.cuda.synchronize()
+                assert torch.equal(testing.bits(out_buf), poisoned), case
+                continue
+            launch.kernel_call(*args, **kwargs)
             bufs.append((out_buf.transpose(0, 1), scale_buf.transpose(0, 1)
                          if case.quantize else scale_buf))
+        if refused:
+            continue
         want = _spec(o, pos, cache, *case.args())
         for got in bufs:
-            testing.assert_same(got, want, f"{case} pdl={pdl}")
+            testing.assert_same(got, want, f"{case} pdl={with_pdl}")
         for out, scales in bufs[1:] if case.quantize else ():
             assert not torch.any(testing.bits(out) == 0x7F)
             storage = testing.scale_storage(scales).view(torch.int32)
             assert not torch.any(storage == testing.POISON_WORD)
 
 
-def test_cuda_graph_replay_with_new_data(tables: dict) -> None:
+def test_cuda_graph_replay_with_new_data(tables: dict, fp8: bool, pdl: bool) -> None:
     """Captured once per shape, replayed on new attention outputs and positions copied
     into the captured inputs: every replay writes what the specification says of the new
     data, and nothing compiles after the warm-up."""
     shapes = [(1, 8), (3, 8), (64, 8), (130, 1), (512, 8), (512, 1), (2048, 8)]
     tiles = {"small": (2, 1, 4, "block_rows"), "mid": (2, 2, 2, "head_rows"),
              "large": (1, 2, 1, "head_rows")}
-    keys = [launch.CompileKey(*t, 8, 448, 64, 128, tma, True, True)
+    keys = [launch.CompileKey(*t, 8, 448, 64, 128, tma, fp8, pdl)
             for t in tiles.values() for tma in (False, True)]
     launch.warmup(keys, "cuda")
     for tma in (False, True):
         for t, groups in shapes:
-            case = testing.Case(t, groups, 8, tma, True, seed=t)
+            case = testing.Case(t, groups, 8, tma, fp8, seed=t)
             o, pos, cache = case.tensors("cuda", tables["compress"])
             before = launch.compile_count()
             tile = tiles["large" if t >= 256 else "mid" if t >= 64 else "small"]
@@ -177,7 +224,7 @@ def test_cuda_graph_replay_with_new_data(tables: dict) -> None:
             with torch.cuda.graph(graph):
                 res = _ours(case, (o, pos, cache), tile)
             for step in range(3):
-                new = testing.Case(t, groups, 8, tma, True, seed=1000 * step + t)
+                new = testing.Case(t, groups, 8, tma, fp8, seed=1000 * step + t)
                 new_o, new_pos, _ = new.tensors("cuda", tables["compress"])
                 o.copy_(new_o)
                 pos.copy_(new_pos)
@@ -188,15 +235,17 @@ def test_cuda_graph_replay_with_new_data(tables: dict) -> None:
             assert launch.compile_count() == before
 
 
-def test_no_compile_after_warmup_for_any_token_count(tables: dict) -> None:
+def test_no_compile_after_warmup_for_any_token_count(tables: dict, fp8: bool,
+                                                      pdl: bool) -> None:
     """One warm-up per key covers every T (1..8,192) and every head count at the same
-    heads per group: the count of binaries does not move."""
-    keys = [launch.CompileKey(1, 2, 1, "head_rows", 8, 448, 64, 128, False, True, True),
-            launch.CompileKey(4, 2, 4, "head_rows", 8, 448, 64, 128, True, True, True),
-            launch.CompileKey(2, 2, 2, "head_rows", 8, 448, 64, 128, False, False, True),
-            launch.CompileKey(4, 1, 8, "block_rows", 8, 448, 64, 128, False, True, True),
-            launch.CompileKey(2, 1, 4, "block_rows", 8, 448, 64, 128, True, True, True),
-            launch.CompileKey(1, 1, 2, "block_rows", 8, 448, 64, 128, False, False, True)]
+    heads per group: the count of binaries does not move. (Keys take the FP8 output and
+    PDL where this GPU has them.)"""
+    keys = [launch.CompileKey(1, 2, 1, "head_rows", 8, 448, 64, 128, False, fp8, pdl),
+            launch.CompileKey(4, 2, 4, "head_rows", 8, 448, 64, 128, True, fp8, pdl),
+            launch.CompileKey(2, 2, 2, "head_rows", 8, 448, 64, 128, False, False, pdl),
+            launch.CompileKey(4, 1, 8, "block_rows", 8, 448, 64, 128, False, fp8, pdl),
+            launch.CompileKey(2, 1, 4, "block_rows", 8, 448, 64, 128, True, fp8, pdl),
+            launch.CompileKey(1, 1, 2, "block_rows", 8, 448, 64, 128, False, False, pdl)]
     launch.warmup(keys, "cuda")
     before = launch.compile_count()
     assert launch.warmup(keys, "cuda") == 0
@@ -211,16 +260,16 @@ def test_no_compile_after_warmup_for_any_token_count(tables: dict) -> None:
 
 
 @pytest.mark.parametrize("tma", [False, True])
-def test_special_values_bitwise(tables: dict, tma: bool) -> None:
+def test_special_values_bitwise(tables: dict, tma: bool, fp8: bool) -> None:
     """The extremes, subnormals and signed zeros of :func:`testing.add_special_values`:
     every tile writes the specification's bytes (which divides each lane by its scale)
     and scales. (Infinities and NaN are compared with vLLM's own kernel in the bench's
     bitwise sweep: what Triton's clamp does with a NaN is the kernel's, not torch's.)"""
-    case = testing.Case(64, 8, 8, tma, True, seed=31)
+    case = testing.Case(64, 8, 8, tma, fp8, seed=31)
     o, pos, cache = case.tensors("cuda", tables["compress"])
     testing.add_special_values(o)
     want = _spec(o, pos, cache, *case.args())
-    if not tma:
+    if fp8 and not tma:
         assert (want[1] == 2.0 ** 120).any() and (want[1] == 2.0 ** -42).any()
     for tile in TILES:
         testing.assert_same(_ours(case, (o, pos, cache), tile), want, f"special values {tile}")
@@ -250,14 +299,19 @@ def _blocks_at_every_scale(case: testing.Case, o: torch.Tensor, seed: int) -> No
 
 
 @pytest.mark.parametrize("tma", [False, True])
-def test_every_scale_exponent_bitwise(tables: dict, tma: bool) -> None:
+def test_every_scale_exponent_bitwise(tables: dict, tma: bool, fp8: bool) -> None:
     """Every scale the body can write, ``2**-42`` to ``2**120``, against the
     specification: the body's reciprocal is made from the scale's exponent bits, so each
     exponent is its own case. (The rotation moves the rope block's amax by up to a
-    factor of sqrt(2), which only shifts which block lands on which exponent.)"""
+    factor of sqrt(2), which only shifts which block lands on which exponent.) A GPU
+    without FP8 output refuses these calls, every tile of both bodies."""
     case = testing.Case(83, 1, 8, tma, True, seed=43)
     o, pos, cache = case.tensors("cuda", tables["compress"])
     _blocks_at_every_scale(case, o, seed=5)
+    if not fp8:
+        for tile in TILES:
+            _refused("quantize", _ours, case, (o, pos, cache), tile)
+        return
     want = _spec(o, pos, cache, *case.args())
     if not tma:
         found = {int(e) for e in torch.log2(want[1][want[1] > 0]).tolist()}
@@ -268,7 +322,7 @@ def test_every_scale_exponent_bitwise(tables: dict, tma: bool) -> None:
 
 @pytest.mark.parametrize(("nope", "group"),
                          [(448, 128), (448, 256), (448, 32), (64, 32), (192, 64)])
-def test_head_geometries(dev: str, nope: int, group: int) -> None:
+def test_head_geometries(dev: str, nope: int, group: int, fp8: bool) -> None:
     """Rope lanes inside one quantisation block (DeepSeek-V4's 448 + 64 in 128-lane
     blocks, and 256-lane blocks with 192 nope lanes before them: the body's one-block
     path) and over two or more (32-lane blocks, the general path), bitwise against the
@@ -276,7 +330,7 @@ def test_head_geometries(dev: str, nope: int, group: int) -> None:
     multiple of 4."""
     table = testing.rope_table("compress", dev)
     for tma in (False, True) if (nope + 64) // group % 4 == 0 else (False,):
-        case = testing.Case(37, 2, 4, tma, True, seed=nope + group, nope_dim=nope,
+        case = testing.Case(37, 2, 4, tma, fp8, seed=nope + group, nope_dim=nope,
                             quant_group_size=group)
         tensors = case.tensors(dev, table)
         want = _spec(*tensors, *case.args())
@@ -322,7 +376,8 @@ current GPU, far longer than a launch takes to follow it."""
 @pytest.mark.parametrize("tile", [(1, 2, 1, "head_rows"), (2, 1, 4, "block_rows")],
                          ids=["head_rows", "block_rows"])
 @pytest.mark.parametrize("graph", [False, True])
-def test_pdl_wait_guards_o(tables: dict, graph: bool, tile: tuple) -> None:
+def test_pdl_wait_guards_o(tables: dict, graph: bool, tile: tuple, fp8: bool,
+                          pdl: bool) -> None:
     """The body reads the positions and their cos/sin rows before its PDL wait and ``o``
     after it. Here the kernel just before it releases its dependents at once, spins
     through thousands of dependent loads and only then writes ``o``; the positions were
@@ -331,10 +386,14 @@ def test_pdl_wait_guards_o(tables: dict, graph: bool, tile: tuple) -> None:
     specification of the new ``o`` and positions, eagerly and replayed from a graph.
 
     The control shows that the setup really overlaps the two kernels: a reader launched
-    the same way that does not wait copies out the old ``o``."""
-    case = testing.Case(64, 8, 8, False, True, seed=41)
+    the same way that does not wait copies out the old ``o``. A GPU without PDL refuses
+    ``launch_pdl=True`` instead (vLLM never asks it there)."""
+    case = testing.Case(64, 8, 8, False, fp8, seed=41)
     o, pos, cache = case.tensors("cuda", tables["compress"])
-    new_o, new_pos, _ = testing.Case(64, 8, 8, False, True, seed=42).tensors(
+    if not pdl:
+        _refused("launch_pdl", _ours, case, (o, pos, cache), tile, launch_pdl=True)
+        return
+    new_o, new_pos, _ = testing.Case(64, 8, 8, False, fp8, seed=42).tensors(
         "cuda", tables["compress"])
     old_o, old_pos, seen = o.clone(), pos.clone(), torch.empty_like(o)
     sink = torch.zeros(triton.cdiv(o.numel(), 1024) + 2, dtype=torch.int32, device="cuda")

@@ -24,6 +24,14 @@ CUDA platform does), and the two questions the op module asks its ``current_plat
 capability 9) or with PDL forced off. With vLLM installed, the op already has its CUDA
 kernel and only the platform answers are substituted.
 
+What the GPU can build decides what runs. vLLM quantizes only when ``wo_a``'s weights are
+FP8 and launches with PDL by ``is_arch_support_pdl()``; Triton builds FP8 e4m3 output
+from sm89 and PDL from sm90, and dsv4 refuses the rest with a ``ValueError``. So on an
+A100 the bitwise test's calls are unquantized and without PDL (what vLLM runs there), the
+graph test captures the unquantized deployment, and the warm-up test checks that
+vLLM's own warm-up keys (FP8 only: ``get_warmup_keys`` passes ``quantize=True``) are
+refused by dsv4 before anything launches.
+
 The scale layout: vLLM's ``compute_fp8_einsum_recipe`` picks packed UE8M0
 (``tma_aligned_scales=True``) only from compute capability 10, so on an H200 a served
 layer always passes ``False``; vLLM's kernel computes both layouts on any arch, so the
@@ -157,13 +165,16 @@ def _no_poison_left(result: tuple[torch.Tensor, torch.Tensor]) -> bool:
         (testing.scale_storage(scales).view(torch.int32) == -1).any())
 
 
-def _cases(count: int, seed: int) -> list[tuple[testing.Case, bool | None]]:
+def _cases(count: int, seed: int, fp8: bool = True, pdl_ok: bool = True
+           ) -> list[tuple[testing.Case, bool | None]]:
     """Seeded calls with their PDL answer: T 1..8,192 (non-multiples of 4, and the
     ends), local heads 8..128 (DeepSeek-V4's 8 heads per group at TP 8..1, 128 heads,
     and other groupings), both scale layouts, quantize on and off, both rope tables.
     T x heads stays within 8,192 x 64 (memory); the rarer groupings take quantize and
     PDL on only and T up to 64 (one tile), which bounds the binaries the run compiles
-    (about 18 of dsv4's and as many of vLLM's)."""
+    (about 18 of dsv4's and as many of vLLM's). On a GPU without FP8 output (``fp8``
+    false) or PDL (``pdl_ok`` false) the same draws are made and those flags turned off,
+    as vLLM turns them off there."""
     rng = random.Random(seed)
     dsv4 = [(1, 8), (2, 8), (4, 8), (8, 8), (16, 8)]
     other = [(1, 16), (2, 4), (8, 1)]
@@ -176,6 +187,8 @@ def _cases(count: int, seed: int) -> list[tuple[testing.Case, bool | None]]:
         t = max(1, min(t, 8192 * 64 // (groups * hpg) if common else 64))
         quantize = rng.random() < 0.75 if common else True
         pdl = (rng.random() < 0.5 if quantize else None) if common else None
+        quantize = quantize and fp8
+        pdl = pdl and pdl_ok if pdl is not None else None
         found.append((testing.Case(t, groups, hpg, rng.random() < 0.5, quantize,
                                    seed=seed * 10_000 + i,
                                    rope_kind=rng.choice(testing.ROPE_KINDS)), pdl))
@@ -187,7 +200,8 @@ def test_vllms_wrapper_is_bitwise_equal_plugin_on_and_off(stand_in, ops, platfor
     dispatch, original = stand_in
     dispatch.lazy_warmup = False  # compile only what the calls use (the next tests warm)
     monkeypatch.setattr(ops, "torch", PoisonedTorch())
-    cases = _cases(520, seed=3)
+    fp8, pdl_ok = launch.quantize_supported(cuda), launch.default_launch_pdl(cuda)
+    cases = _cases(520, seed=3, fp8=fp8, pdl_ok=pdl_ok)
     for case, pdl in cases:
         platform.pdl = pdl
         o, pos, cache = case.tensors(cuda, tables[case.rope_kind])
@@ -200,10 +214,11 @@ def test_vllms_wrapper_is_bitwise_equal_plugin_on_and_off(stand_in, ops, platfor
     assert dispatch.hits == len(cases) and dispatch.misses == 0
     # What the calls covered.
     seen = [(c.num_tokens, c.num_heads, c.tma_aligned_scales, c.quantize) for c, _ in cases]
-    assert {(tma, q) for _, _, tma, q in seen} == {(a, b) for a in (0, 1) for b in (0, 1)}
+    assert {(tma, q) for _, _, tma, q in seen} == {(a, b) for a in (0, 1)
+                                                   for b in ((0, 1) if fp8 else (0,))}
     assert {t for t, *_ in seen} >= {1, 3, 8192} and any(t % 4 for t, *_ in seen)
     assert {h for _, h, *_ in seen} == {8, 16, 32, 64, 128}
-    assert {p for _, p in cases} == {True, False, None}
+    assert {p for _, p in cases} == ({True, False, None} if pdl_ok else {False, None})
 
 
 def _vllm_config(tp: int) -> SimpleNamespace:
@@ -229,6 +244,18 @@ def test_vllms_jit_warm_up_registry_warms_dsv4s_tiles(stand_in, ops, cuda, tp) -
 
     dispatch, _ = stand_in
     config = _vllm_config(tp)
+    if not launch.quantize_supported(cuda):
+        # vLLM names only the FP8 output, which this GPU cannot build: dsv4 refuses
+        # every binary of it up front (vLLM's own warm-up of its kernel fails here too).
+        deployments = dispatch.start_up.get_warmup_keys(config)
+        assert deployments and all(d.quantize for d in deployments), deployments
+        for d in deployments:
+            key = launch.CompileKey(*launch.BASELINE_TILE, d.heads_per_group, d.nope_dim,
+                                    d.rope_dim, d.quant_group_size, d.tma_aligned_scales,
+                                    d.quantize, d.launch_pdl)
+            with pytest.raises(ValueError, match=r"^warmup: quantize: got True on a compute"):
+                launch.warmup([key], cuda)
+        return
     registry = JitWarmupRegistry(config)
     with registry.activate():
         for _ in range(43):
@@ -288,21 +315,28 @@ def test_graphs_captured_with_the_plugin_replay_dsv4s_kernel_and_compile_nothing
     one hit; replays run no Python (the hit counter stays) and, on new attention outputs
     and positions copied into the captured inputs, equal vLLM's eager result bit for
     bit. The profiler sees dsv4's kernel on replay, and vLLM's on a graph captured with
-    the plugin off."""
+    the plugin off. On a GPU without FP8 output the unquantized deployment (what vLLM
+    runs there) is warmed and captured instead of vLLM's FP8 warm-up keys."""
     dispatch, original = stand_in
     start_up = dispatch.start_up
-    start_up.compile_many(start_up.get_warmup_keys(_vllm_config(tp)))
+    fp8 = launch.quantize_supported(cuda)
+    if fp8:
+        start_up.compile_many(start_up.get_warmup_keys(_vllm_config(tp)))
+    else:
+        unquantized = Deployment(64 // tp, 8, 448, 64, 128, _served_tma(), False,
+                                 OpPlatform().is_arch_support_pdl())
+        assert dispatch.warm_once(dispatch.arch_of(cuda), unquantized, cuda)
     compiled = launch.compile_count()
     groups, tma = 8 // tp, _served_tma()
     cache = tables["compress"]
     for t in CAPTURE_SIZES:
-        case = testing.Case(t, groups, 8, tma, True, seed=t, rope_kind="compress")
+        case = testing.Case(t, groups, 8, tma, fp8, seed=t, rope_kind="compress")
         o, pos, _ = case.tensors(cuda, cache)
         before = dispatch.hits
         graph, result = _capture(ops, case, (o, pos, cache))
         assert dispatch.hits == before + 2  # the eager run and the capture
         for step in range(3):
-            new = testing.Case(t, groups, 8, tma, True, seed=1000 * (step + 1) + t)
+            new = testing.Case(t, groups, 8, tma, fp8, seed=1000 * (step + 1) + t)
             new_o, new_pos, _ = new.tensors(cuda, cache)
             o.copy_(new_o)
             pos.copy_(new_pos)

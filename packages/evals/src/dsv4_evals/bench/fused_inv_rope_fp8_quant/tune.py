@@ -300,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
                          "(and TRITON_INTERPRET unset)")
     started = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
+    if not launch.quantize_supported(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise SystemExit(f"dsv4_evals.bench.fused_inv_rope_fp8_quant.tune tunes the FP8 "
+                         f"output, which Triton builds from compute capability 8.9; this "
+                         f"GPU is {major}.{minor}, where vLLM runs the op unquantized and "
+                         f"every key keeps vLLM's kernel")
     arch, machine = tuning.this_gpu(device)
     up = fir_upstream.load_kernel()
     pdl = launch.default_launch_pdl(device)
