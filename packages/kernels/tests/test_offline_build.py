@@ -1,22 +1,10 @@
-"""The offline builder's own behaviour: architecture names, a refusal reported as a
-result, and the guard against the interpreter."""
+"""The offline builder's own behaviour: a refusal reported as its one-line reason, the
+guard against the interpreter, and a failing child reported with its stderr."""
 
 from __future__ import annotations
 
 import pytest
 from dsv4_kernels import offline_build
-
-
-@pytest.mark.parametrize(("text", "capability"), [("sm80", (8, 0)), ("sm90a", (9, 0)),
-                                                  ("8.6", (8, 6)), ("sm100", (10, 0))])
-def test_arch_names(text: str, capability: tuple[int, int]) -> None:
-    assert offline_build.parse_arch(text) == capability
-
-
-@pytest.mark.parametrize("text", ["sm8", "ampere", "9", ""])
-def test_bad_arch_names_are_refused(text: str) -> None:
-    with pytest.raises(ValueError, match=r"^offline_build: arch: got .*; expected smXY"):
-        offline_build.parse_arch(text)
 
 
 def test_the_reason_is_the_line_that_says_why() -> None:

@@ -35,20 +35,6 @@ class Built:
     shared_bytes: int = 0
 
 
-def parse_arch(text: str) -> tuple[int, int]:
-    """``sm80``, ``sm90a`` or ``8.0`` as a compute capability ``(8, 0)``."""
-    raw = text.strip().lower()
-    try:
-        if raw.startswith("sm"):
-            digits = raw[2:].rstrip("abf")
-            return int(digits[:-1]), int(digits[-1])
-        major, minor = raw.split(".")
-        return int(major), int(minor)
-    except (ValueError, IndexError):
-        raise ValueError(f"offline_build: arch: got {text!r}; expected smXY (sm80, sm90a) "
-                         "or X.Y (8.0)") from None
-
-
 def reason(message: str) -> str:
     """The line of a compiler error that says why (Triton's messages go on with a
     reproducer and a PTX dump)."""

@@ -30,14 +30,15 @@ and bf16 as ``int16``, and cover the whole scale buffer, pad rows included.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import torch
 
+from dsv4_kernels import offline_build
 from dsv4_kernels.fused_inv_rope_fp8_quant import reference
 
 MAX_POSITION = 1 << 20
@@ -325,9 +326,9 @@ class Build:
     launch_pdl: bool = False
 
 
-def build(spec: Build) -> Any:
-    """:func:`dsv4_kernels.offline_build.build` of ``spec``: ``Built(ok, error, ...)``."""
-    from dsv4_kernels import offline_build
+def build(spec: Build) -> offline_build.Built:
+    """:func:`dsv4_kernels.offline_build.build` of ``spec``: ``Built(ok, error, ...)``.
+    The kernel module (triton) is imported here, so loading this module needs no triton."""
     from dsv4_kernels.fused_inv_rope_fp8_quant import kernel
 
     fn = {"head_rows": kernel.fused_inv_rope_fp8_quant_kernel,
@@ -349,9 +350,6 @@ def build(spec: Build) -> Any:
 def builds_json(payload: str) -> str:
     """A JSON list of :class:`Build` fields in, a JSON list of ``{"build", "ok", "error",
     "shared_bytes"}`` out (what :func:`dsv4_kernels.offline_build.run_child` runs)."""
-    import json
-    from dataclasses import asdict
-
     out = []
     for row in json.loads(payload):
         spec = Build(**{**row, "capability": tuple(row["capability"])})
