@@ -1,11 +1,13 @@
-"""FusedInvRopeFP8Quant's binaries built for sm80 to sm90 on the CPU runner, no GPU needed.
+"""FusedInvRopeFP8Quant's binaries built for sm80 to sm120 on the CPU runner, no GPU needed.
 
 Triton compiles for any NVIDIA target offline (:mod:`dsv4_kernels.offline_build`), so
-this answers on every CI run two questions a GPU run answers only on its own hardware:
-does every tile of both bodies build for the H200 (sm90: FP8 output, PDL) and for the
-A100 (sm80: what vLLM runs there, unquantized and without PDL), and are the capability
-rules :func:`.checks.check_arch` refuses by exactly the ones Triton has? The builds run
-in one child process without ``TRITON_INTERPRET`` (the interpreter replaces the compiler).
+this answers on every CI run questions a GPU run answers only on its own hardware: does
+every tile of both bodies build for the H200 (sm90: FP8 output, PDL), for the A100 (sm80:
+what vLLM runs there, unquantized and without PDL) and for Blackwell (sm100: FP8 output
+with the packed UE8M0 scales vLLM's ``compute_fp8_einsum_recipe`` picks there, PDL), and
+are the capability rules :func:`.checks.check_arch` refuses by exactly the ones Triton
+has? The builds run in one child process without ``TRITON_INTERPRET`` (the interpreter
+replaces the compiler).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import pytest
 from dsv4_kernels import offline_build
 from dsv4_kernels.fused_inv_rope_fp8_quant import checks, testing
 
-PIN_CAPABILITIES = [(8, 0), (8, 6), (8, 9), (9, 0)]
-"""A100, SM86 cards, Ada, Hopper: the two rules change between them."""
+PIN_CAPABILITIES = [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
+"""A100, SM86 cards, Ada, Hopper, Blackwell data-centre and consumer parts: the two rules
+change between the first four, and the last two must keep both."""
 PIN_TILES = (((2, 1, 1), "head_rows"), ((2, 1, 4), "block_rows"))
 
 
@@ -35,6 +38,8 @@ def built() -> dict[testing.Build, dict]:
     for tile in testing.BUILD_TILES:
         specs.append(testing.Build(*tile, (9, 0), quantize=True, launch_pdl=True))
         specs.append(testing.Build(*tile, (8, 0), quantize=False, launch_pdl=False))
+        specs.append(testing.Build(*tile, (10, 0), quantize=True, tma_aligned_scales=True,
+                                   launch_pdl=True))
     specs += [testing.Build(*tile, (9, 0), quantize=True, tma_aligned_scales=True,
                             launch_pdl=True) for tile in testing.BUILD_TILES[::3]]
     specs += [spec for capability in PIN_CAPABILITIES for spec in _pins(capability)]
@@ -45,11 +50,13 @@ def built() -> dict[testing.Build, dict]:
     return dict(zip(specs, results, strict=True))
 
 
-def test_every_tile_builds_for_the_h200_and_the_a100(built: dict) -> None:
+def test_every_tile_builds_for_the_h200_the_a100_and_blackwell(built: dict) -> None:
     """Both bodies at every tile of :data:`testing.BUILD_TILES`: FP8 output with PDL for
-    sm90 (both scale layouts), and vLLM's A100 form (no quantize, no PDL) for sm80."""
+    sm90 (both scale layouts), vLLM's A100 form (no quantize, no PDL) for sm80, and FP8
+    output with packed UE8M0 scales and PDL for sm100."""
     wanted = [spec for spec in built if spec not in _pins(spec.capability)]
-    assert len(wanted) >= 2 * len(testing.BUILD_TILES)
+    assert len(wanted) >= 3 * len(testing.BUILD_TILES)
+    assert {spec.capability for spec in wanted} == {(8, 0), (9, 0), (10, 0)}
     assert {spec.body for spec in wanted} == set(checks.BODIES)
     failed = [f"{spec}: {built[spec]['error']}" for spec in wanted if not built[spec]["ok"]]
     assert not failed, failed
@@ -72,6 +79,8 @@ def test_the_checks_refuse_exactly_what_triton_cannot_build(built: dict,
 
 
 def test_the_rules_split_where_triton_does() -> None:
-    """The thresholds themselves: sm89 for FP8 e4m3, sm90 for PDL."""
-    assert [checks.fp8_supported(c) for c in PIN_CAPABILITIES] == [False, False, True, True]
-    assert [checks.pdl_supported(c) for c in PIN_CAPABILITIES] == [False, False, False, True]
+    """The thresholds themselves: sm89 for FP8 e4m3, sm90 for PDL, and both kept after."""
+    assert [checks.fp8_supported(c) for c in PIN_CAPABILITIES] == [False, False, True, True,
+                                                                  True, True]
+    assert [checks.pdl_supported(c) for c in PIN_CAPABILITIES] == [False, False, False, True,
+                                                                  True, True]
