@@ -67,13 +67,11 @@ class SyntheticMeasure:
     def __init__(self, device: Any, up: Any, seed: int = 0, target_us: float = 200.0
                  ) -> None:
         self.count = 0
-        self.points: list[tuple[dict, Any]] = []
 
     def __call__(self, point: Mapping[str, int], tile: Any) -> float:
         if tile in self.differs:
             raise SystemExit(f"tile {tile}: outputs differ from vLLM's: synthetic")
         self.count += 1
-        self.points.append((dict(point), tile))
         return synthetic_us(point, tile)
 
     def forget(self) -> None:
