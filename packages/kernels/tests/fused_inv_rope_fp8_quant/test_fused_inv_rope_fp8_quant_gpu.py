@@ -26,7 +26,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from dsv4_kernels.fused_inv_rope_fp8_quant import checks, launch, reference, testing
+from dsv4_kernels.fused_inv_rope_fp8_quant import checks, kernel, launch, reference, testing
 
 pytestmark = pytest.mark.gpu
 HEAD_ROWS = [(1, 1, 1), (1, 2, 1), (1, 4, 1), (2, 2, 1), (2, 2, 2), (2, 4, 4), (4, 2, 4),
@@ -337,6 +337,31 @@ def test_head_geometries(dev: str, nope: int, group: int, fp8: bool) -> None:
         for tile in TILES:
             testing.assert_same(_ours(case, tensors, tile), want,
                                 f"nope {nope}, blocks of {group}, tile {tile}")
+
+
+@triton.jit
+def _exp2_ceil_log2_mismatches(count_ptr, first_bits, last_bits, BLOCK: tl.constexpr):
+    bits = tl.minimum(first_bits + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), last_bits)
+    x = bits.to(tl.float32, bitcast=True)
+    want = tl.math.exp2(tl.ceil(tl.log2(x))).to(tl.int32, bitcast=True)
+    got = kernel._exp2_ceil_log2(x).to(tl.int32, bitcast=True)
+    tl.store(count_ptr + tl.program_id(0), tl.sum((want != got).to(tl.int32), axis=0))
+
+
+def test_exp2_ceil_log2_every_float(dev: str) -> None:
+    """The scale made from the bits of ``x`` equals vLLM's ``tl.math.exp2(tl.ceil(
+    tl.log2(x)))``, compiled for this GPU, at every float32 from 2**-43 (below the
+    smallest ``eps / 448``) to +inf, about 1.4 billion values, and at the NaN the GPU's
+    arithmetic produces."""
+    first, block = 84 << 23, 1 << 12
+    for lo, hi in ((first, 0x7F800000), (0x7FFFFFFF, 0x7FFFFFFF)):
+        programs = (hi - lo) // block + 1
+        counts = torch.full((programs,), -1, dtype=torch.int32, device=dev)
+        _exp2_ceil_log2_mismatches[(programs,)](counts, lo, hi, BLOCK=block)
+        assert int(counts.min()) >= 0, "a program did not run"
+        bad = counts.nonzero().flatten()
+        assert bad.numel() == 0, (f"{int(counts.sum())} scales differ, the first in bits "
+                                  f"{hex(lo + int(bad[0]) * block)} + [0, {block})")
 
 
 @triton.jit(do_not_specialize=["n", "spin"])

@@ -20,6 +20,8 @@ import inspect
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from dsv4_kernels.fused_inv_rope_fp8_quant import checks, kernel, launch, reference, testing
 
 Tile = tuple  # (tokens_per_program, heads_per_program, num_warps[, body])
@@ -378,6 +380,42 @@ def test_compile_key_is_the_constexprs(jit) -> None:
     dns = jit.kwargs.get("do_not_specialize")
     assert list(dns) == list(kernel.RUNTIME_ARGS)
     assert len(runtime) == 5 + 8  # five tensors, the launch's eight scalars
+
+
+@triton.jit
+def _exp2_ceil_log2_of(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=1.0)
+    tl.store(out_ptr + i, kernel._exp2_ceil_log2(x), mask=i < n)
+
+
+def test_exp2_ceil_log2_thresholds() -> None:
+    """The body's scale from the bits of ``x`` against ``exp2(ceil(log2(x)))`` with
+    torch's float32 ``log2``, at every binade from 2**-43 up: its first 4,096 and last 64
+    mantissas (every threshold lies in the first 23), 2**16 random floats of the range,
+    and +inf. The cases are checked to hold, at every binade whose threshold is above 1,
+    a mantissa that stays at 2**e as well as one that goes up."""
+    exps = torch.arange(-43, 128, dtype=torch.int64)
+    mantissas = torch.cat([torch.arange(0, 4096), torch.arange(2 ** 23 - 64, 2 ** 23)])
+    bits = (((exps[:, None] + 127) << 23) | mantissas[None, :]).flatten()
+    gen = torch.Generator().manual_seed(7)
+    drawn = torch.randint(int(bits.min()), 0x7F800000, (1 << 16,), generator=gen)
+    bits = torch.cat([bits, drawn, torch.tensor([0x7F800000])]).to(torch.int32)
+    x = bits.view(torch.float32)
+    exponent = torch.ceil(torch.log2(x))
+    want = torch.where(exponent >= 128, torch.tensor(float("inf")),
+                       torch.ldexp(torch.ones_like(x), exponent))
+    got = torch.full_like(x, float("nan"))
+    _exp2_ceil_log2_of[(1,)](x, got, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    bad = (got.view(torch.int32) != want.view(torch.int32)).nonzero().flatten()
+    assert bad.numel() == 0, (f"{bad.numel()} of {x.numel()} scales differ, first x = "
+                              f"{x[bad[:3]].tolist()}: got {got[bad[:3]].tolist()}, "
+                              f"want {want[bad[:3]].tolist()}")
+    binade = (bits[: exps.numel() * mantissas.numel()].view(exps.numel(), -1) >> 23) - 127
+    stays = (want[: binade.numel()].view_as(binade) == torch.ldexp(
+        torch.ones(binade.shape), binade.float())) & (mantissas[None, :] > 0)
+    held = stays.any(dim=1)
+    assert held.sum() >= 150, f"only {int(held.sum())} binades probe a rounding-down mantissa"
 
 
 def test_interpreter_casts_are_not_round_to_nearest_even() -> None:

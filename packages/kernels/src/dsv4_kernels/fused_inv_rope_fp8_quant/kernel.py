@@ -150,21 +150,93 @@ def _tile_rows(head_row, num_tokens, num_heads, HEADS_PER_GROUP: tl.constexpr,
 
 
 @triton.jit
+def _exp2_ceil_log2(x):
+    """``exp2(ceil(log2(x)))`` for float32 ``x >= 2**-43`` (and +inf, NaN), the value
+    vLLM's kernel computes with Triton's ``log2``, ``ceil`` and ``exp2``, made from
+    ``x``'s bits with a few integer operations instead of ``log2``'s polynomial, which sat
+    on every block's dependent chain after the PDL wait.
+
+    Why it is the same value: write ``x = 2**e * (1 + m * 2**-23)``. ``log2`` reduces
+    ``x`` to ``e`` and a remainder ``L ~ log2(1 + m * 2**-23)``, and its last step is the
+    float32 sum ``e + L``. For ``m = 0`` that is ``e`` exactly; for ``L`` at or above
+    one half of float32's spacing just above ``e`` (toward +inf) it rounds away from
+    ``e`` and ``ceil`` gives ``e + 1``; below it, it rounds back to ``e`` and ``ceil``
+    gives ``e``. That spacing is ``2**(floor(log2(v)) - 23)`` with ``v = e`` for ``e >
+    0`` and ``v = -e - 1`` for ``e < 0`` (for ``e = 0`` the sum is ``L`` itself, never
+    rounded away), and ``L ~ m * 2**-23 / ln 2``, so the first ``m`` that gives ``e +
+    1`` is ``floor(ln 2 * 2**(floor(log2(v)) - 1)) + 1``: 1 for ``v < 4``, then 2, 3,
+    6, 12 and 23 from ``v`` = 4, 8, 16, 32 and 64 (the sums below). No ``m`` lies within
+    0.4 % of a threshold, far more than ``log2``'s error, so any faithful ``log2`` ends
+    the same way. Checked at every float32 from ``2**-43`` to +inf: on the GPU against
+    the compiled ``exp2(ceil(log2(x)))`` (``test_exp2_ceil_log2_every_float``), and on
+    the CPU against torch's float32 ``log2`` near every threshold
+    (``test_exp2_ceil_log2_thresholds``).
+
+    ``x`` here is ``max(amax, eps) / fp8_max >= 2**-43``; +inf gives +inf (``e = 128``,
+    ``m = 0``) and NaN comes back as it came."""
+    bits = x.to(tl.int32, bitcast=True)
+    e = (bits >> 23) - 127
+    v = tl.where(e > 0, e, -1 - e)
+    first_up = (1 + (v >= 4).to(tl.int32) + (v >= 8).to(tl.int32)
+                + 3 * (v >= 16).to(tl.int32) + 6 * (v >= 32).to(tl.int32)
+                + 11 * (v >= 64).to(tl.int32))
+    exponent = e + ((bits & 0x7FFFFF) >= first_up).to(tl.int32)
+    scale = ((exponent + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, scale)
+
+
+@triton.jit
 def _power_of_two_scale(block_absmax, fp8_max: tl.constexpr):
     """vLLM's block scale ``exp2(ceil(log2(amax * (1 / fp8_max))))`` (``block_absmax``
-    already floored at ``eps``) and its exact reciprocal.
+    already floored at ``eps``; :func:`_exp2_ceil_log2`) and its exact reciprocal.
 
     A scale is a power of two 2**e, -42 <= e <= 120, or +inf (a block holding an
     infinity; NaN passes through as NaN). Its reciprocal 2**-e is exact, written from the
     exponent bits ((127 - e) << 23 = (254 - biased) << 23), and x * 2**-e is x / scale
     bit for bit: no division at all. Infinity gets 0 (signed zeros, and NaN for the
     infinite lane, as the division gives); NaN stays NaN."""
-    scale_raw = block_absmax * (1.0 / fp8_max)
-    scales = tl.math.exp2(tl.ceil(tl.log2(scale_raw)))
+    scales = _exp2_ceil_log2(block_absmax * (1.0 / fp8_max))
     biased = scales.to(tl.int32, bitcast=True) >> 23
     inv = ((254 - biased) << 23).to(tl.float32, bitcast=True)
     inv = tl.where(scales > 3.0e38, 0.0, inv)
     return scales, tl.where(scales != scales, scales, inv)
+
+
+@triton.jit
+def _pdl_wait_returning(offsets):
+    """The PDL wait (``griddepcontrol.wait``), handing ``offsets`` back through it.
+
+    Why: the compiler places the arithmetic of a load's addresses next to the load, so
+    with a plain ``gdc_wait`` the ``o`` addresses (a dozen dependent integer operations)
+    were computed after the wait, on the path that starts when the predecessor finishes.
+    As an input of the wait's own instruction they are computed before it, and the load,
+    which takes its addresses from the output, cannot move above the wait. ``offsets``
+    are ``o`` element offsets, multiples of 16 (``checks`` requires the strides so), and
+    the hint says so again, as the compiler cannot see through the instruction."""
+    waited = tl.inline_asm_elementwise("griddepcontrol.wait;\n\tmov.b64 $0, $1;", "=l,l",
+                                       [offsets], dtype=tl.int64, is_pure=False, pack=1)
+    return tl.multiple_of(waited, 16)
+
+
+@triton.jit
+def _store_per_row(ptrs, values, mask):
+    """``tl.store(ptrs, values, mask=mask)`` of one 32-bit value per row, straight from
+    the layout the row's reduction left it in.
+
+    Why: a reduction's result is held by every thread of its row, and ``tl.store``
+    first moves it to a layout with one owner per value, through shared memory and two
+    barriers that every warp of the program waits at (about 10 % of the block-rows
+    body's instructions after the PDL wait at tile (4, 2, 8), sm90). Here each thread
+    stores the value it holds; the threads of a row write the same 4 bytes to the same
+    address. Triton's CPU interpreter runs no PTX, so there it is ``tl.store``."""
+    if _COMPILED:
+        tl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t@p st.global.b32 [$1], $3;"
+            "\n\tmov.b32 $0, 0;\n\t}",
+            "=r,l,r,r", [ptrs.to(tl.int64), mask.to(tl.int32), values.to(tl.int32, bitcast=True)],
+            dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.store(ptrs, values, mask=mask)
 
 
 @triton.jit(do_not_specialize=list(RUNTIME_ARGS))
@@ -391,15 +463,15 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
     cache_row = cos_sin_cache_ptr + pos * (cache_stride_pos_16.to(tl.int64) * 16)
     cos_v = tl.load(cache_row[:, None] + pair, mask=rope_pair, other=1.0)
     sin_v = tl.load(cache_row[:, None] + HALF_ROPE + pair, mask=rope_pair, other=0.0)
+    # ``o`` is the preceding kernel's output: read only after the wait, at offsets
+    # computed before it.
+    src = (tok * (o_stride_token_16.to(tl.int64) * 16)
+           + head * (o_stride_head_16.to(tl.int64) * 16) + chunk * QUANT_GROUP_SIZE)
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-
-    # ``o`` is the preceding kernel's output: read only after the wait.
+        src = _pdl_wait_returning(src)
     k = tl.arange(0, QUANT_GROUP_SIZE)[None, :]
-    src = (o_ptr + tok * (o_stride_token_16.to(tl.int64) * 16)
-           + head * (o_stride_head_16.to(tl.int64) * 16) + chunk * QUANT_GROUP_SIZE)
-    x = tl.load(src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
+    x = tl.load(o_ptr + src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
     x_even, x_odd = tl.split(tl.reshape(x, (BLOCKS, PAIRS, 2)))
     rotated_even = x_even * cos_v + x_odd * sin_v
     rotated_odd = x_odd * cos_v - x_even * sin_v
@@ -440,11 +512,15 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
             packed = tl.where(p_live_t, packed, 0)
             p_addr = (scale_ptr + p_group * scale_stride_group.to(tl.int64) + p_tok
                       + p_k * stride_k)
-            tl.store(p_addr, packed, mask=(p_tok < rows) & p_live_h)
+            _store_per_row(p_addr, packed, (p_tok < rows) & p_live_h)
         else:
             scales = tl.where(pad, 0.0, scales)
             k_index = head_in_group * CHUNKS_PER_HEAD + chunk
-            tl.store(scale_row + k_index * stride_k, scales, mask=in_rows)
+            _store_per_row(scale_row + k_index * stride_k, scales, in_rows)
+
+
+_COMPILED = tl.constexpr(hasattr(fused_inv_rope_fp8_quant_kernel, "device_caches"))
+"""False under Triton's CPU interpreter (``TRITON_INTERPRET=1``), which runs no PTX."""
 
 
 def compiled_binaries() -> int:
