@@ -40,26 +40,27 @@ Bit-identity with vLLM's kernel comes from doing every floating-point operation 
 element in the same form and order: ``.to(float32)`` of the loaded value; partner lane
 ``d ^ 1`` of each rope lane; ``x * cos + x_partner * sin`` and ``x * cos - x_partner *
 sin`` written as vLLM writes them (so the compiler contracts them into the same fused
-multiply-adds) and chosen by the lane's parity;
-``max(|x|)`` per block (exact in any order), ``maximum(amax, eps)``, ``* (1.0 /
-fp8_max)``, ``exp2(ceil(log2(.)))``,
+multiply-adds) and chosen by the lane's parity; ``max(|x|)`` per block (exact in any
+order), ``maximum(amax, eps)``, ``* (1.0 / fp8_max)``, ``exp2(ceil(log2(.)))``,
 ``clamp(-fp8_max, fp8_max)`` and the ``float8e4nv`` cast; the UE8M0 byte is bits 23..30
-of the FP32 scale, packed little-endian four to an int32 with an integer sum. One
-operation differs in form and not in value: vLLM divides every lane by its block's
-scale, this body multiplies it by the scale's reciprocal. A scale is ``exp2`` of an
-integer, a power of two ``2**e`` with ``-42 <= e <= 120`` (``eps / fp8_max`` rounded
-up, and the largest bf16 over ``fp8_max``), so its reciprocal ``2**-e`` is an exact
-normal float, written straight from the scale's exponent bits (``(254 - biased) <<
-23``; no division is issued at all), and ``x * 2**-e`` is the same correctly rounded
-value as ``x / scale`` for every ``x``. An infinite block (scale ``inf``) takes the
-reciprocal 0, which gives signed zeros, and NaN for the infinite lane, as the division
-does; a NaN scale stays NaN. The kernels GPU test ``test_every_scale_exponent_bitwise``
-runs blocks at every one of the 163 scales against the specification, and
-``test_special_values_bitwise`` subnormals and signed zeros; the bench's bitwise sweep
-checks infinities and NaN against vLLM's kernel, since what a NaN becomes is Triton's
-clamp and cast. (H200, CUDA-graph replay, best tile: the per-block ``1 / scale``
-instead of a division per lane took 8 heads at T=512 from 3.76 to 3.19 µs; the
-exponent-bit reciprocal then took 64 heads at T=64 from 3.03 to 2.70 µs.)
+of the FP32 scale, packed little-endian four to an int32 with an integer sum. Two
+operations differ in form and not in value. The scale ``exp2(ceil(log2(.)))`` is read
+off the bits of its argument (:func:`_exp2_ceil_log2` says why that is the same float at
+every input, and which tests check it at every float32). And vLLM divides every lane by
+its block's scale, this body multiplies it by the scale's reciprocal. A scale is
+``exp2`` of an integer, a power of two ``2**e`` with ``-42 <= e <= 120`` (``eps /
+fp8_max`` rounded up, and the largest bf16 over ``fp8_max``), so its reciprocal
+``2**-e`` is an exact normal float, written straight from the scale's exponent bits
+(``(254 - biased) << 23``; no division is issued at all), and ``x * 2**-e`` is the same
+correctly rounded value as ``x / scale`` for every ``x``. An infinite block (scale
+``inf``) takes the reciprocal 0, which gives signed zeros, and NaN for the infinite
+lane, as the division does; a NaN scale stays NaN. The kernels GPU test
+``test_every_scale_exponent_bitwise`` runs blocks at every one of the 163 scales against
+the specification, and ``test_special_values_bitwise`` subnormals and signed zeros; the
+bench's bitwise sweep checks infinities and NaN against vLLM's kernel, since what a NaN
+becomes is Triton's clamp and cast. (H200, CUDA-graph replay, best tile: the per-block
+``1 / scale`` instead of a division per lane took 8 heads at T=512 from 3.76 to 3.19 µs;
+the exponent-bit reciprocal then took 64 heads at T=64 from 3.03 to 2.70 µs.)
 
 Where every rope lane falls in one quantisation block (``ONE_ROPE_CHUNK``, true for
 DeepSeek-V4's 448 + 64 lanes in 128-lane blocks), that block's amax is the nope lanes'
@@ -415,9 +416,12 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
       one thread, so the partner of every lane is a register, not a second load; cos/sin
       are loaded per pair (masked off outside the rope lanes) before the PDL wait.
 
-    Compiled for sm90 at 8 heads with tile (2, 1, 4), the only shared-memory round trip
-    left after the wait is the one scale store (the FP8 stores are whole 8-byte
-    vectors).
+    After the PDL wait nothing goes through shared memory and no warp waits for
+    another: ``o``'s addresses are computed before the wait (:func:`_pdl_wait_returning`),
+    the scale is made from its amax's bits (:func:`_exp2_ceil_log2`) and stored by the
+    threads that hold it (:func:`_store_per_row`). Compiled for sm90 at 8 heads, that
+    took the instructions a warp runs after the wait from 246 to 204 at tile (4, 2, 8)
+    and from 176 to 145 at (4, 1, 8), with two barriers gone at (4, 2, 8).
 
     Measured on the H200 (CUDA-graph replay, PDL on, 2026-12-04, against the head-rows
     body at the shipped table's tile): 8 heads T=1 1.02 -> 0.87 µs, T=64 1.26 -> 1.16
@@ -441,8 +445,9 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
     bench's bitwise sweep checks.
 
     PDL: as in the head-rows body, the positions and their cos/sin rows (the step's
-    inputs, never the preceding kernel's output) are read before ``gdc_wait`` and ``o``
-    after it.
+    inputs, never the preceding kernel's output) are read before the wait and ``o``
+    after it; here ``o``'s offsets pass through the wait instruction itself, so the load
+    depends on the wait by data as well as by order.
     """
     PAIRS: tl.constexpr = QUANT_GROUP_SIZE // 2
     HEAD_DIM: tl.constexpr = CHUNKS_PER_HEAD * QUANT_GROUP_SIZE
