@@ -321,11 +321,12 @@ def test_every_scale_exponent_bitwise(tables: dict, tma: bool, fp8: bool) -> Non
 
 
 @pytest.mark.parametrize(("nope", "group"),
-                         [(448, 128), (448, 256), (448, 32), (64, 32), (192, 64)])
+                         [(448, 128), (448, 256), (448, 32), (64, 32), (192, 64), (64, 8)])
 def test_head_geometries(dev: str, nope: int, group: int, fp8: bool) -> None:
     """Rope lanes inside one quantisation block (DeepSeek-V4's 448 + 64 in 128-lane
     blocks, and 256-lane blocks with 192 nope lanes before them: the body's one-block
-    path) and over two or more (32-lane blocks, the general path), bitwise against the
+    path) and over two or more (32- and 8-lane blocks, the general path; 8-lane blocks
+    start 16 bytes apart, so no 32-byte vector may be assumed), bitwise against the
     specification at every tile; packed UE8M0 scales wherever the block count is a
     multiple of 4."""
     table = testing.rope_table("compress", dev)

@@ -204,19 +204,19 @@ def _power_of_two_scale(block_absmax, fp8_max: tl.constexpr):
 
 
 @triton.jit
-def _pdl_wait_returning(offsets):
+def _pdl_wait_returning(offsets, MULTIPLE: tl.constexpr):
     """The PDL wait (``griddepcontrol.wait``), handing ``offsets`` back through it.
 
     Why: the compiler places the arithmetic of a load's addresses next to the load, so
     with a plain ``gdc_wait`` the ``o`` addresses (a dozen dependent integer operations)
     were computed after the wait, on the path that starts when the predecessor finishes.
     As an input of the wait's own instruction they are computed before it, and the load,
-    which takes its addresses from the output, cannot move above the wait. ``offsets``
-    are ``o`` element offsets, multiples of 16 (``checks`` requires the strides so), and
-    the hint says so again, as the compiler cannot see through the instruction."""
+    which takes its addresses from the output, cannot move above the wait. The compiler
+    cannot see through the instruction either, so the caller says what it knew of the
+    offsets: they are multiples of ``MULTIPLE`` (without it, no load is vectorised)."""
     waited = tl.inline_asm_elementwise("griddepcontrol.wait;\n\tmov.b64 $0, $1;", "=l,l",
                                        [offsets], dtype=tl.int64, is_pure=False, pack=1)
-    return tl.multiple_of(waited, 16)
+    return tl.multiple_of(waited, MULTIPLE)
 
 
 @triton.jit
@@ -474,7 +474,9 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
            + head * (o_stride_head_16.to(tl.int64) * 16) + chunk * QUANT_GROUP_SIZE)
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
-        src = _pdl_wait_returning(src)
+        # Row strides are multiples of 16 elements (checks.py), chunks of the group size.
+        SRC_MULTIPLE: tl.constexpr = 16 if QUANT_GROUP_SIZE >= 16 else QUANT_GROUP_SIZE
+        src = _pdl_wait_returning(src, SRC_MULTIPLE)
     k = tl.arange(0, QUANT_GROUP_SIZE)[None, :]
     x = tl.load(o_ptr + src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
     x_even, x_odd = tl.split(tl.reshape(x, (BLOCKS, PAIRS, 2)))
