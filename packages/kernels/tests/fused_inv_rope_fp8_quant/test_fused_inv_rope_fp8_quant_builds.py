@@ -62,6 +62,26 @@ def test_every_tile_builds_for_the_h200_the_a100_and_blackwell(built: dict) -> N
     assert not failed, failed
 
 
+def test_block_rows_at_one_vector_per_thread_uses_no_shared_memory(built: dict) -> None:
+    """The block-rows body exists for small calls, whose time is the chain each warp runs
+    after the PDL wait; a shared-memory round trip there is a barrier every warp of the
+    program waits at. At the tiles where a thread holds one 16-byte vector (512 lanes of
+    a head, 8 per thread) its sm90 FP8 build with FP32 scales, as the H200 runs it, must
+    use none: the scales are stored from the reduction's own layout and the rotation
+    needs no partner from another thread. (Two vectors per thread, as at (4, 2, 8), still
+    move the cos/sin rows between layouts, before the wait.)"""
+    one_vector = [spec for spec in built
+                  if spec.body == "block_rows" and spec.capability == (9, 0)
+                  and spec.quantize and spec.launch_pdl and not spec.tma_aligned_scales
+                  and spec.tokens_per_program * spec.heads_per_program * 512
+                  == 8 * 32 * spec.num_warps]
+    assert len(one_vector) >= 4, one_vector
+    used = {(spec.tokens_per_program, spec.heads_per_program, spec.num_warps):
+            built[spec]["shared_bytes"] for spec in one_vector}
+    assert all(built[spec]["ok"] for spec in one_vector)
+    assert not any(used.values()), f"shared memory bytes per tile: {used}"
+
+
 @pytest.mark.parametrize("capability", PIN_CAPABILITIES, ids=lambda c: f"sm{c[0]}{c[1]}")
 def test_the_checks_refuse_exactly_what_triton_cannot_build(built: dict,
                                                             capability: tuple[int, int]) -> None:
