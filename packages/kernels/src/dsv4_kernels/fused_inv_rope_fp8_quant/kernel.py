@@ -159,8 +159,8 @@ def _exp2_ceil_log2(x):
 
     Why it is the same value: write ``x = 2**e * (1 + m * 2**-23)``. ``log2`` reduces
     ``x`` to ``e`` and a remainder ``L ~ log2(1 + m * 2**-23)``, and its last step is the
-    float32 sum ``e + L``. For ``m = 0`` that is ``e`` exactly; for ``L`` at or above
-    one half of float32's spacing just above ``e`` (toward +inf) it rounds away from
+    float32 sum ``e + L``. For ``m = 0`` that is ``e`` exactly; for ``L`` above one
+    half of float32's spacing just above ``e`` (toward +inf) it rounds away from
     ``e`` and ``ceil`` gives ``e + 1``; below it, it rounds back to ``e`` and ``ceil``
     gives ``e``. That spacing is ``2**(floor(log2(v)) - 23)`` with ``v = e`` for ``e >
     0`` and ``v = -e - 1`` for ``e < 0`` (for ``e = 0`` the sum is ``L`` itself, never
@@ -168,9 +168,9 @@ def _exp2_ceil_log2(x):
     1`` is ``floor(ln 2 * 2**(floor(log2(v)) - 1)) + 1``: 1 for ``v < 4``, then 2, 3,
     6, 12 and 23 from ``v`` = 4, 8, 16, 32 and 64 (the sums below). No ``m`` lies within
     0.4 % of a threshold, far more than ``log2``'s error, so any faithful ``log2`` ends
-    the same way. Checked at every float32 from ``2**-43`` to +inf: on the GPU against
+    the same way. Checked on the GPU at every float32 from ``2**-43`` to +inf against
     the compiled ``exp2(ceil(log2(x)))`` (``test_exp2_ceil_log2_every_float``), and on
-    the CPU against torch's float32 ``log2`` near every threshold
+    the CPU around every threshold against torch's float32 ``log2``
     (``test_exp2_ceil_log2_thresholds``).
 
     ``x`` here is ``max(amax, eps) / fp8_max >= 2**-43``; +inf gives +inf (``e = 128``,
