@@ -342,7 +342,8 @@ def test_head_geometries(dev: str, nope: int, group: int, fp8: bool) -> None:
 
 @triton.jit
 def _exp2_ceil_log2_mismatches(count_ptr, first_bits, last_bits, BLOCK: tl.constexpr):
-    bits = tl.minimum(first_bits + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), last_bits)
+    bits = tl.minimum(first_bits.to(tl.int64) + tl.program_id(0) * BLOCK
+                      + tl.arange(0, BLOCK), last_bits).to(tl.int32)
     x = bits.to(tl.float32, bitcast=True)
     want = tl.math.exp2(tl.ceil(tl.log2(x))).to(tl.int32, bitcast=True)
     got = kernel._exp2_ceil_log2(x).to(tl.int32, bitcast=True)
