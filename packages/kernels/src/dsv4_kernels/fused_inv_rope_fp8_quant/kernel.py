@@ -168,10 +168,10 @@ def _exp2_ceil_log2(x):
     1`` is ``floor(ln 2 * 2**(floor(log2(v)) - 1)) + 1``: 1 for ``v < 4``, then 2, 3,
     6, 12 and 23 from ``v`` = 4, 8, 16, 32 and 64 (the sums below). No ``m`` lies within
     0.4 % of a threshold, far more than ``log2``'s error, so any faithful ``log2`` ends
-    the same way. Checked on the GPU at every float32 from ``2**-43`` to +inf against
-    the compiled ``exp2(ceil(log2(x)))`` (``test_exp2_ceil_log2_every_float``), and on
-    the CPU around every threshold against torch's float32 ``log2``
-    (``test_exp2_ceil_log2_thresholds``).
+    the same way. Checked on the GPU at every float32 from ``2**-43`` to ``2**121``, +inf
+    and NaN against the compiled ``exp2(ceil(log2(x)))``
+    (``test_exp2_ceil_log2_every_float``), and on the CPU around every threshold against
+    torch's float32 ``log2`` (``test_exp2_ceil_log2_thresholds``).
 
     ``x`` here is ``max(amax, eps) / fp8_max >= 2**-43``; +inf gives +inf (``e = 128``,
     ``m = 0``) and NaN comes back as it came."""
