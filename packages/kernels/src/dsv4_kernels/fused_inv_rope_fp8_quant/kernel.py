@@ -526,8 +526,10 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
             _store_per_row(scale_row + k_index * stride_k, scales, in_rows)
 
 
-_COMPILED = tl.constexpr(hasattr(fused_inv_rope_fp8_quant_kernel, "device_caches"))
+COMPILED: bool = hasattr(fused_inv_rope_fp8_quant_kernel, "device_caches")
 """False under Triton's CPU interpreter (``TRITON_INTERPRET=1``), which runs no PTX."""
+_COMPILED = tl.constexpr(COMPILED)
+""":data:`COMPILED` as the bodies read it (a global a kernel reads must be a constexpr)."""
 
 
 def compiled_binaries() -> int:

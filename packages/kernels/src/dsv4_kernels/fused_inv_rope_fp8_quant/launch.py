@@ -110,7 +110,7 @@ class CompileKey(NamedTuple):
 
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return not hasattr(_k.fused_inv_rope_fp8_quant_kernel, "device_caches")
+    return not _k.COMPILED
 
 
 def direct_launches() -> int:
