@@ -25,3 +25,14 @@ def test_building_under_the_interpreter_is_refused(monkeypatch: pytest.MonkeyPat
 def test_a_failing_child_is_an_error_with_its_stderr() -> None:
     with pytest.raises(RuntimeError, match=r"(?s)offline_build: json\.loads failed \(exit 1\).*JSONDecodeError"):
         offline_build.run_child("json", "loads", "not json")
+
+
+def test_instructions_are_counted_by_their_whole_name() -> None:
+    ptx = ("\tgriddepcontrol.wait;\n@%p1 ld.global.b16 { %rs1 }, [ %rd1 + 0 ];\n"
+           "\tld.global.b16x2 %r1, [%rd2];\n\tld.global.v4.b32 { %r2, %r3, %r4, %r5 }, [%rd3];"
+           "\n\tst.global.b8 [%rd4], %rs2;\n\tgriddepcontrol.wait;\n")
+    assert offline_build.count_instructions(
+        ptx, ("griddepcontrol.wait", "ld.global.b16", "ld.global.v4.b32", "st.global.b8",
+              "st.global.b16", "ld.global")) == {
+        "griddepcontrol.wait": 2, "ld.global.b16": 1, "ld.global.v4.b32": 1,
+        "st.global.b8": 1, "st.global.b16": 0, "ld.global": 0}

@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 _ON = ("1", "true", "on", "yes", "y")
@@ -28,11 +29,20 @@ _ON = ("1", "true", "on", "yes", "y")
 
 @dataclass(frozen=True)
 class Built:
-    """What one offline build gave: ``ok``, or the compiler's ``error`` (one line)."""
+    """What one offline build gave: ``ok``, or the compiler's ``error`` (one line); the
+    shared memory it uses, and how often each PTX instruction asked for occurs in it."""
 
     ok: bool
     error: str = ""
     shared_bytes: int = 0
+    ptx_counts: dict[str, int] = field(default_factory=dict)
+
+
+def count_instructions(ptx: str, instructions: tuple[str, ...]) -> dict[str, int]:
+    """How many times each of ``instructions`` (``ld.global.b16``...) occurs in ``ptx``
+    as a whole instruction name: ``ld.global.b16`` does not count ``ld.global.b16x2``."""
+    return {name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?![\w.])", ptx))
+            for name in instructions}
 
 
 def reason(message: str) -> str:
@@ -47,13 +57,15 @@ def reason(message: str) -> str:
 
 
 def build(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
-          capability: tuple[int, int], num_warps: int, aligned: tuple[str, ...] = ()) -> Built:
+          capability: tuple[int, int], num_warps: int, aligned: tuple[str, ...] = (),
+          count: tuple[str, ...] = ()) -> Built:
     """Compile the ``@triton.jit`` function ``fn`` for ``capability``.
 
     ``signature`` maps every non-constexpr parameter to its Triton type (``*bf16``,
     ``i32``...), ``constexprs`` gives every constexpr's value, and the parameters named
-    in ``aligned`` are 16-byte aligned (as the launcher's pointers are). A compiler
-    refusal is a result, not an exception."""
+    in ``aligned`` are 16-byte aligned (as the launcher's pointers are). The PTX
+    instructions named in ``count`` are counted in the binary's PTX
+    (:func:`count_instructions`). A compiler refusal is a result, not an exception."""
     if os.environ.get("TRITON_INTERPRET", "").strip().lower() in _ON:
         raise RuntimeError("offline_build: TRITON_INTERPRET is set; the interpreter replaces "
                            "Triton's compiler, so unset it to build binaries")
@@ -78,7 +90,8 @@ def build(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
                                       options={"num_warps": num_warps, "num_stages": 1})
     except Exception as exc:  # every compiler failure is an answer, not a crash
         return Built(False, f"{type(exc).__name__}: {reason(str(exc))}")
-    return Built(True, shared_bytes=int(compiled.metadata.shared))
+    return Built(True, shared_bytes=int(compiled.metadata.shared),
+                 ptx_counts=count_instructions(compiled.asm["ptx"], count))
 
 
 def run_child(module: str, function: str, payload: str, timeout_s: float = 900.0) -> str:

@@ -82,6 +82,28 @@ def test_block_rows_at_one_vector_per_thread_uses_no_shared_memory(built: dict) 
     assert not any(used.values()), f"shared memory bytes per tile: {used}"
 
 
+def test_block_rows_waits_once_and_moves_whole_vectors(built: dict) -> None:
+    """After the PDL wait the block-rows body's time is its instruction count, so its
+    FP8 builds with PDL (sm90 with both scale layouts, sm100) must wait exactly once, and
+    load ``o`` and store the FP8 bytes as vectors, at every tile. The addresses come out
+    of the wait's own asm, which the compiler cannot see through: a side-effecting asm
+    is copied with its wait into every layout the compiler tries (12 waits at (4, 2,
+    16)), and without the restated alignment every bf16 lane is loaded and every FP8
+    byte stored on its own."""
+    with_pdl = [spec for spec in built if spec.body == "block_rows" and spec.quantize
+                and spec.launch_pdl and spec.capability in ((9, 0), (10, 0))]
+    assert len(with_pdl) >= 2 * len([t for t in testing.BUILD_TILES if t[3] == "block_rows"])
+    assert all(built[spec]["ok"] for spec in with_pdl)
+    counts = {spec: built[spec]["ptx_counts"] for spec in with_pdl}
+    assert all(set(c) == set(testing.PTX_COUNTED) for c in counts.values())
+    wrong = {f"{spec.tokens_per_program, spec.heads_per_program, spec.num_warps} "
+             f"sm{spec.capability[0]}{spec.capability[1]} tma={spec.tma_aligned_scales}": c
+             for spec, c in counts.items()
+             if c["griddepcontrol.wait"] != 1 or c["ld.global.b16"] or c["st.global.b8"]
+             or c["st.global.b16"]}
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("capability", PIN_CAPABILITIES, ids=lambda c: f"sm{c[0]}{c[1]}")
 def test_the_checks_refuse_exactly_what_triton_cannot_build(built: dict,
                                                             capability: tuple[int, int]) -> None:

@@ -154,35 +154,35 @@ def _tile_rows(head_row, num_tokens, num_heads, HEADS_PER_GROUP: tl.constexpr,
 def _exp2_ceil_log2(x):
     """``exp2(ceil(log2(x)))`` for float32 ``x >= 2**-43`` (and +inf, NaN), the value
     vLLM's kernel computes with Triton's ``log2``, ``ceil`` and ``exp2``, made from
-    ``x``'s bits with a few integer operations instead of ``log2``'s polynomial, which sat
+    ``x``'s bits with one fused multiply-add instead of ``log2``'s polynomial, which sat
     on every block's dependent chain after the PDL wait.
 
-    Why it is the same value: write ``x = 2**e * (1 + m * 2**-23)``. ``log2`` reduces
-    ``x`` to ``e`` and a remainder ``L ~ log2(1 + m * 2**-23)``, and its last step is the
-    float32 sum ``e + L``. For ``m = 0`` that is ``e`` exactly; for ``L`` above one
-    half of float32's spacing just above ``e`` (toward +inf) it rounds away from
-    ``e`` and ``ceil`` gives ``e + 1``; below it, it rounds back to ``e`` and ``ceil``
-    gives ``e``. That spacing is ``2**(floor(log2(v)) - 23)`` with ``v = e`` for ``e >
-    0`` and ``v = -e - 1`` for ``e < 0`` (for ``e = 0`` the sum is ``L`` itself, never
-    rounded away), and ``L ~ m * 2**-23 / ln 2``, so the first ``m`` that gives ``e +
-    1`` is ``floor(ln 2 * 2**(floor(log2(v)) - 1)) + 1``: 1 for ``v < 4``, then 2, 3,
-    6, 12 and 23 from ``v`` = 4, 8, 16, 32 and 64 (the sums below). No ``m`` lies within
-    0.4 % of a threshold, far more than ``log2``'s error, so any faithful ``log2`` ends
-    the same way. Checked on the GPU at every float32 from ``2**-43`` to ``2**121``, +inf
-    and NaN against the compiled ``exp2(ceil(log2(x)))``
+    Why it is the same value: write ``x = 2**e * (1 + f)``, ``f = m * 2**-23``. ``log2``
+    reduces ``x`` to ``e`` and a remainder ``L ~ log2(1 + f)``, and its last step is the
+    float32 sum ``e + L``. ``ceil`` gives ``e + 1`` exactly when that sum rounds above
+    ``e``, that is when ``L`` exceeds half of float32's spacing next to ``e`` (for ``e =
+    0``, whenever ``L > 0``); otherwise the sum is ``e`` and so is the ceiling. Here the
+    same sum is made with ``L`` replaced by ``f * (1 / ln 2)`` in one fused multiply-add
+    and compared with ``e``: the result, ``e`` or ``e + 1``, goes straight into the
+    scale's exponent bits. For each ``e`` both sums grow with ``m``, so they agree at
+    every ``m`` once they agree on the first ``m`` that rounds up: ``m > 2**(k - 1) *
+    ln 2`` where ``2**k`` is the power of two at or below ``|e|`` (``|e + 1|`` for ``e <
+    0``), which gives ``m`` = 1, 2, 3, 6, 12 and 23 from ``|e|`` = 1, 4, 8, 16, 32 and 64.
+    The multiplier may be anything from 1.392 to 1.454 (``1 / ln 2 = 1.4427``) without
+    moving one of those thresholds, so neither ``log2``'s error nor the constant's
+    rounding changes a result. Checked on the GPU at every float32 from ``2**-43`` to
+    ``2**121``, +inf and NaN against the compiled ``exp2(ceil(log2(x)))``
     (``test_exp2_ceil_log2_every_float``), and on the CPU around every threshold against
     torch's float32 ``log2`` (``test_exp2_ceil_log2_thresholds``).
 
     ``x`` here is ``max(amax, eps) / fp8_max >= 2**-43``; +inf gives +inf (``e = 128``,
-    ``m = 0``) and NaN comes back as it came."""
+    ``f = 0``) and NaN comes back as it came."""
     bits = x.to(tl.int32, bitcast=True)
-    e = (bits >> 23) - 127
-    v = tl.where(e > 0, e, -1 - e)
-    first_up = (1 + (v >= 4).to(tl.int32) + (v >= 8).to(tl.int32)
-                + 3 * (v >= 16).to(tl.int32) + 6 * (v >= 32).to(tl.int32)
-                + 11 * (v >= 64).to(tl.int32))
-    exponent = e + ((bits & 0x7FFFFF) >= first_up).to(tl.int32)
-    scale = ((exponent + 127) << 23).to(tl.float32, bitcast=True)
+    e = ((bits >> 23) - 127).to(tl.float32)
+    fraction = ((bits & 0x7FFFFF) | 0x3F800000).to(tl.float32, bitcast=True) - 1.0
+    rounds_up = tl.fma(fraction, 1.4426950408889634, e) > e
+    scale = ((bits & 0x7F800000) + tl.where(rounds_up, 0x800000, 0)).to(tl.float32,
+                                                                      bitcast=True)
     return tl.where(x != x, x, scale)
 
 
@@ -193,30 +193,38 @@ def _power_of_two_scale(block_absmax, fp8_max: tl.constexpr):
 
     A scale is a power of two 2**e, -42 <= e <= 120, or +inf (a block holding an
     infinity; NaN passes through as NaN). Its reciprocal 2**-e is exact, written from the
-    exponent bits ((127 - e) << 23 = (254 - biased) << 23), and x * 2**-e is x / scale
-    bit for bit: no division at all. Infinity gets 0 (signed zeros, and NaN for the
-    infinite lane, as the division gives); NaN stays NaN."""
+    exponent bits ((127 - e) << 23 = 0x7F000000 minus the scale's bits), and x * 2**-e is
+    x / scale bit for bit: no division at all. Infinity's bits give a negative number,
+    taken to 0 (+0.0: signed zeros, and NaN for the infinite lane, as the division
+    gives); NaN stays NaN."""
     scales = _exp2_ceil_log2(block_absmax * (1.0 / fp8_max))
-    biased = scales.to(tl.int32, bitcast=True) >> 23
-    inv = ((254 - biased) << 23).to(tl.float32, bitcast=True)
-    inv = tl.where(scales > 3.0e38, 0.0, inv)
+    inv = tl.maximum(0x7F000000 - scales.to(tl.int32, bitcast=True), 0).to(tl.float32,
+                                                                          bitcast=True)
     return scales, tl.where(scales != scales, scales, inv)
 
 
 @triton.jit
-def _pdl_wait_returning(offsets, MULTIPLE: tl.constexpr):
-    """The PDL wait (``griddepcontrol.wait``), handing ``offsets`` back through it.
+def _pdl_wait_returning(src, dst, scale_at, SRC_ALIGN: tl.constexpr, DST_ALIGN: tl.constexpr):
+    """The PDL wait (``griddepcontrol.wait``), handing a row's three addresses back
+    through it: in ``o``, in the output and at its FP32 scale.
 
-    Why: the compiler places the arithmetic of a load's addresses next to the load, so
-    with a plain ``gdc_wait`` the ``o`` addresses (a dozen dependent integer operations)
-    were computed after the wait, on the path that starts when the predecessor finishes.
-    As an input of the wait's own instruction they are computed before it, and the load,
-    which takes its addresses from the output, cannot move above the wait. The compiler
-    cannot see through the instruction either, so the caller says what it knew of the
-    offsets: they are multiples of ``MULTIPLE`` (without it, no load is vectorised)."""
-    waited = tl.inline_asm_elementwise("griddepcontrol.wait;\n\tmov.b64 $0, $1;", "=l,l",
-                                       [offsets], dtype=tl.int64, is_pure=False, pack=1)
-    return tl.multiple_of(waited, MULTIPLE)
+    Why: the compiler places the arithmetic of an address next to its load or store, so
+    with a plain ``gdc_wait`` every address (a dozen dependent integer operations each)
+    was computed after the wait, on the path that starts when the predecessor finishes,
+    where at decode sizes up to four warps share each scheduler and every instruction
+    counts. As inputs of the wait's own instruction they are computed before it, and the
+    load of ``o``, whose addresses come out of it, cannot move above the wait. The asm
+    is pure, so the compiler drops the copies it makes while choosing layouts (a
+    side-effecting one kept its wait in every copy: 12 waits at tile (4, 2, 16)). The
+    compiler cannot see through the instruction, so the caller restates the alignment, in
+    bytes, of ``src`` and ``dst`` (without it, nothing is vectorised; it is stated here,
+    on the values the casts make, where the compiler keeps it)."""
+    src_out, dst_out, scale_out = tl.inline_asm_elementwise(
+        "griddepcontrol.wait;\n\tmov.b64 $0, $3;\n\tmov.b64 $1, $4;\n\tmov.b64 $2, $5;",
+        "=l,=l,=l,l,l,l", [src.to(tl.int64), dst.to(tl.int64), scale_at.to(tl.int64)],
+        dtype=(tl.int64, tl.int64, tl.int64), is_pure=True, pack=1)
+    return (tl.multiple_of(src_out.to(src.dtype), SRC_ALIGN),
+            tl.multiple_of(dst_out.to(dst.dtype), DST_ALIGN), scale_out.to(scale_at.dtype))
 
 
 @triton.jit
@@ -416,12 +424,16 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
       one thread, so the partner of every lane is a register, not a second load; cos/sin
       are loaded per pair (masked off outside the rope lanes) before the PDL wait.
 
-    After the PDL wait nothing goes through shared memory and no warp waits for
-    another: ``o``'s addresses are computed before the wait (:func:`_pdl_wait_returning`),
-    the scale is made from its amax's bits (:func:`_exp2_ceil_log2`) and stored by the
-    threads that hold it (:func:`_store_per_row`). Compiled for sm90 at 8 heads, that
-    took the instructions a warp runs after the wait from 251 to 204 at tile (4, 2, 8)
-    and from 181 to 145 at (4, 1, 8), with two barriers gone at (4, 2, 8).
+    After the PDL wait a warp runs as few instructions as the bytes allow, nothing goes
+    through shared memory and no warp waits for another: every address (in ``o``, in
+    the output, at the scale) is made before the wait and handed through it
+    (:func:`_pdl_wait_returning`), a block's amax is one reduction over both lanes of
+    each pair, the scale is made from its argument's bits with one fused multiply-add
+    (:func:`_exp2_ceil_log2`) and its reciprocal with an integer max, and the scale is
+    stored by the threads that hold it (:func:`_store_per_row`). Compiled for sm90 at 8
+    heads, a warp runs 89 instructions from the wait to its exit at the one-vector tiles
+    (4, 2, 16), (8, 1, 16) and (4, 1, 8), against 186, 187 and 181 in the body last
+    timed on the H200, and 154 against 251 at (4, 2, 8); the barriers are gone.
 
     Measured on the H200 (CUDA-graph replay, PDL on, 2026-12-04, against the head-rows
     body at the shipped table's tile): 8 heads T=1 1.02 -> 0.87 µs, T=64 1.26 -> 1.16
@@ -446,8 +458,8 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
 
     PDL: as in the head-rows body, the positions and their cos/sin rows (the step's
     inputs, never the preceding kernel's output) are read before the wait and ``o``
-    after it; here ``o``'s offsets pass through the wait instruction itself, so the load
-    depends on the wait by data as well as by order.
+    after it; here ``o``'s addresses pass through the wait instruction itself, so the
+    load depends on the wait by data as well as by order.
     """
     PAIRS: tl.constexpr = QUANT_GROUP_SIZE // 2
     HEAD_DIM: tl.constexpr = CHUNKS_PER_HEAD * QUANT_GROUP_SIZE
@@ -468,42 +480,46 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
     cache_row = cos_sin_cache_ptr + pos * (cache_stride_pos_16.to(tl.int64) * 16)
     cos_v = tl.load(cache_row[:, None] + pair, mask=rope_pair, other=1.0)
     sin_v = tl.load(cache_row[:, None] + HALF_ROPE + pair, mask=rope_pair, other=0.0)
-    # ``o`` is the preceding kernel's output: read only after the wait, at offsets
-    # computed before it.
-    src = (tok * (o_stride_token_16.to(tl.int64) * 16)
+    # Each row's addresses in ``o``, in the output (vLLM's (n_groups, num_tokens, d)
+    # buffer, contiguous: checks.py) and at its FP32 scale, made before the PDL wait.
+    src = (o_ptr + tok * (o_stride_token_16.to(tl.int64) * 16)
            + head * (o_stride_head_16.to(tl.int64) * 16) + chunk * QUANT_GROUP_SIZE)
+    dst = (out_ptr + group * (num_tokens.to(tl.int64) * OUT_ROW) + tok * OUT_ROW
+           + head_in_group * HEAD_DIM + chunk * QUANT_GROUP_SIZE)
+    if TMA_ALIGNED_SCALES:
+        scale_at = src  # not used: the packed scales are addressed per four blocks, below
+    else:
+        scale_at = (scale_ptr + group * scale_stride_group.to(tl.int64) + tok
+                    + (head_in_group * CHUNKS_PER_HEAD + chunk) * scale_stride_k.to(tl.int64))
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
-        # Row strides are multiples of 16 elements (checks.py), chunks of the group size.
-        SRC_MULTIPLE: tl.constexpr = 16 if QUANT_GROUP_SIZE >= 16 else QUANT_GROUP_SIZE
-        src = _pdl_wait_returning(src, SRC_MULTIPLE)
+        # What the compiler knew before the wait, in bytes: 16-byte aligned buffers
+        # (checks.py), row strides of 16 elements, blocks of the group size.
+        src, dst, scale_at = _pdl_wait_returning(src, dst, scale_at,
+                                                 min(16, 2 * QUANT_GROUP_SIZE),
+                                                 min(16, QUANT_GROUP_SIZE))
+    # ``o`` is the preceding kernel's output: read only after the wait.
     k = tl.arange(0, QUANT_GROUP_SIZE)[None, :]
-    x = tl.load(o_ptr + src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
+    x = tl.load(src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
     x_even, x_odd = tl.split(tl.reshape(x, (BLOCKS, PAIRS, 2)))
     rotated_even = x_even * cos_v + x_odd * sin_v
     rotated_odd = x_odd * cos_v - x_even * sin_v
     y_even = tl.where(rope_pair, rotated_even, x_even)
     y_odd = tl.where(rope_pair, rotated_odd, x_odd)
 
-    # vLLM's output buffer (n_groups, num_tokens, d), contiguous (checks.py).
-    dst = (out_ptr + group * (num_tokens.to(tl.int64) * OUT_ROW) + tok * OUT_ROW
-           + head_in_group * HEAD_DIM + chunk * QUANT_GROUP_SIZE)
+    dst = dst[:, None] + k
     if not QUANTIZE:
         y = tl.reshape(tl.join(y_even, y_odd), (BLOCKS, QUANT_GROUP_SIZE))
-        tl.store(dst[:, None] + k, y, mask=live[:, None])
+        tl.store(dst, y, mask=live[:, None])
     else:
-        amax = tl.maximum(tl.max(tl.abs(y_even), axis=1), tl.max(tl.abs(y_odd), axis=1))
+        amax = tl.max(tl.maximum(tl.abs(y_even), tl.abs(y_odd)), axis=1)
         scales, inv = _power_of_two_scale(tl.maximum(amax, eps), fp8_max)
         q_even = tl.clamp(y_even * inv[:, None], -fp8_max, fp8_max)
         q_odd = tl.clamp(y_odd * inv[:, None], -fp8_max, fp8_max)
         quant = tl.reshape(tl.join(q_even, q_odd), (BLOCKS, QUANT_GROUP_SIZE)).to(tl.float8e4nv)
-        tl.store(dst[:, None] + k, quant, mask=live[:, None])
+        tl.store(dst, quant, mask=live[:, None])
 
         # Scale rows [num_tokens, rows) are the TMA pad: zeros, as vLLM writes them.
-        in_rows = (tok < rows) & live_h
-        pad = ~live_t
-        scale_row = scale_ptr + group * scale_stride_group.to(tl.int64) + tok
-        stride_k = scale_stride_k.to(tl.int64)
         if TMA_ALIGNED_SCALES:
             # Four consecutive blocks of one head (CHUNKS_PER_HEAD % 4 == 0) pack into one
             # int32, little-endian, bits 23..30 of each FP32 scale.
@@ -518,12 +534,12 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
             p_k = p_head_in_group * (CHUNKS_PER_HEAD // 4) + (first % CHUNKS_PER_HEAD) // 4
             packed = tl.where(p_live_t, packed, 0)
             p_addr = (scale_ptr + p_group * scale_stride_group.to(tl.int64) + p_tok
-                      + p_k * stride_k)
+                      + p_k * scale_stride_k.to(tl.int64))
             _store_per_row(p_addr, packed, (p_tok < rows) & p_live_h)
         else:
-            scales = tl.where(pad, 0.0, scales)
-            k_index = head_in_group * CHUNKS_PER_HEAD + chunk
-            _store_per_row(scale_row + k_index * stride_k, scales, in_rows)
+            scales = tl.where(live_t, scales, 0.0)
+            # tok < rows + BLOCK_T < 2**31: compared in 32 bits, one instruction.
+            _store_per_row(scale_at, scales, (tok.to(tl.int32) < rows) & live_h)
 
 
 COMPILED: bool = hasattr(fused_inv_rope_fp8_quant_kernel, "device_caches")

@@ -309,6 +309,11 @@ BUILD_TILES: tuple[tuple[int, int, int, str], ...] = (
 )
 """Tiles the CPU tests build offline: each body from its smallest tile to 16 warps."""
 
+PTX_COUNTED: tuple[str, ...] = ("griddepcontrol.wait", "ld.global.b16", "st.global.b8",
+                                "st.global.b16")
+"""PTX instructions each offline build counts: the PDL wait, and the bf16 loads and FP8
+stores of single lanes that a lost alignment hint would turn whole vectors into."""
+
 
 @dataclass(frozen=True)
 class Build:
@@ -344,12 +349,13 @@ def build(spec: Build) -> offline_build.Built:
     assert tuple(constexprs) == kernel.CONSTEXPRS
     signature = {**pointers, **dict.fromkeys(kernel.RUNTIME_ARGS, "i32")}
     return offline_build.build(fn, signature, constexprs, spec.capability, spec.num_warps,
-                               aligned=tuple(pointers))
+                               aligned=tuple(pointers), count=PTX_COUNTED)
 
 
 def builds_json(payload: str) -> str:
     """A JSON list of :class:`Build` fields in, a JSON list of ``{"build", "ok", "error",
-    "shared_bytes"}`` out (what :func:`dsv4_kernels.offline_build.run_child` runs)."""
+    "shared_bytes", "ptx_counts"}`` out (what :func:`dsv4_kernels.offline_build.run_child`
+    runs)."""
     out = []
     for row in json.loads(payload):
         spec = Build(**{**row, "capability": tuple(row["capability"])})
