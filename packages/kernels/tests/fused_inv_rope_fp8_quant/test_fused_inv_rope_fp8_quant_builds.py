@@ -85,7 +85,9 @@ def test_block_rows_at_one_vector_per_thread_uses_no_shared_memory(built: dict) 
 def test_block_rows_waits_once_and_moves_whole_vectors(built: dict) -> None:
     """After the PDL wait the block-rows body's time is its instruction count, so its
     FP8 builds with PDL (sm90 with both scale layouts, sm100) must wait exactly once, and
-    load ``o`` and store the FP8 bytes as vectors, at every tile. The addresses come out
+    load ``o`` and store the FP8 bytes as vectors, at every tile built here (a thread holds
+    one row at each; one that holds two, as at (4, 4, 8), waits once per row, the second
+    time returning at once). The addresses come out
     of the wait's own asm, which the compiler cannot see through: a side-effecting asm
     is copied with its wait into every layout the compiler tries (12 waits at (4, 2,
     16)), and without the restated alignment every bf16 lane is loaded and every FP8
