@@ -106,6 +106,23 @@ def test_block_rows_waits_once_and_moves_whole_vectors(built: dict) -> None:
     assert not wrong, wrong
 
 
+def test_head_rows_keeps_whole_vectors_through_the_wait(built: dict) -> None:
+    """The head-rows body hands its row addresses through the PDL wait too, so its FP8
+    builds with PDL must still load ``o`` in 16-byte vectors and store no FP8 byte on its
+    own (its rope partners are loaded lane by lane by design, so single-lane loads are
+    not counted here); without the restated alignment every lane goes alone."""
+    with_pdl = [spec for spec in built if spec.body == "head_rows" and spec.quantize
+                and spec.launch_pdl and spec.capability in ((9, 0), (10, 0))]
+    assert len(with_pdl) >= 2 * len([t for t in testing.BUILD_TILES if t[3] == "head_rows"])
+    assert all(built[spec]["ok"] for spec in with_pdl)
+    wrong = {f"{spec.tokens_per_program, spec.heads_per_program, spec.num_warps} "
+             f"sm{spec.capability[0]}{spec.capability[1]} tma={spec.tma_aligned_scales}":
+             built[spec]["ptx_counts"] for spec in with_pdl
+             if built[spec]["ptx_counts"]["ld.global.v4.b32"] < 2
+             or built[spec]["ptx_counts"]["st.global.b8"]}
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("capability", PIN_CAPABILITIES, ids=lambda c: f"sm{c[0]}{c[1]}")
 def test_the_checks_refuse_exactly_what_triton_cannot_build(built: dict,
                                                             capability: tuple[int, int]) -> None:

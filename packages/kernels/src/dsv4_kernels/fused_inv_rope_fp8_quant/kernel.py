@@ -87,6 +87,11 @@ the GPU test ``test_pdl_wait_guards_o`` checks: a preceding kernel that releases
 dependents first and writes ``o`` last must still be seen. A caller whose positions or
 table are written by the kernel immediately before this op must launch it without PDL.
 
+The addresses move too: every row's addresses (in ``o``, the output and the scales) are
+made before the wait and handed through its instruction (:func:`_pdl_wait_returning`), so
+only the data's own arithmetic runs after it (compiled for sm90, the head-rows body's
+tile (2, 1, 1) runs 408 instructions after the wait instead of 453).
+
 ``ARG_DTYPES`` is not used by the body: it names the dtypes of ``o`` and ``positions``
 (which select a binary as argument types do) among the constexprs, so that a launcher
 keyed by the constexprs (:class:`dsv4_kernels._direct_launch.DirectLauncher`) never
@@ -206,7 +211,7 @@ def _power_of_two_scale(block_absmax, fp8_max: tl.constexpr):
 @triton.jit
 def _pdl_wait_returning(src, dst, scale_at, SRC_ALIGN: tl.constexpr, DST_ALIGN: tl.constexpr):
     """The PDL wait (``griddepcontrol.wait``), handing a row's three addresses back
-    through it: in ``o``, in the output and at its FP32 scale.
+    through it: in ``o``, in the output and in the scales (both bodies).
 
     Why: the compiler places the arithmetic of an address next to its load or store, so
     with a plain ``gdc_wait`` every address (a dozen dependent integer operations each)
@@ -296,17 +301,24 @@ def fused_inv_rope_fp8_quant_kernel(
     cs = j >> 1
     cos_v = tl.load(cache_row + cs, mask=live2, other=1.0)
     sin_v = tl.load(cache_row + HALF_ROPE + cs, mask=live2, other=0.0)
+    # Each head-row's addresses in ``o``, in the output (vLLM's (n_groups, num_tokens, d)
+    # buffer, contiguous: checks.py; strides from constexprs) and in the scales, made
+    # before the PDL wait and handed through it.
+    row_src = (o_ptr + tok * (o_stride_token_16.to(tl.int64) * 16)
+               + head * (o_stride_head_16.to(tl.int64) * 16))
+    row_dst = (out_ptr + group * (num_tokens.to(tl.int64) * OUT_ROW) + tok * OUT_ROW
+               + head_in_group * HEAD_DIM)
+    scale_row = scale_ptr + group * scale_stride_group.to(tl.int64) + tok
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
+        row_src, row_dst, scale_row = _pdl_wait_returning(row_src, row_dst, scale_row, 16,
+                                                          min(16, HEAD_DIM))
 
     # Each row as [CHUNKS_PER_HEAD, QUANT_GROUP_SIZE]: lane d = chunk * group size + k.
     # ``o`` is the preceding kernel's output: read only after the wait.
     chunk = tl.arange(0, CHUNKS_PER_HEAD)[None, :, None]
     d = chunk * QUANT_GROUP_SIZE + tl.arange(0, QUANT_GROUP_SIZE)[None, None, :]
     live3 = live[:, None, None] & (d < HEAD_DIM)
-    row_src = (o_ptr + tok * (o_stride_token_16.to(tl.int64) * 16)
-               + head * (o_stride_head_16.to(tl.int64) * 16))
     x = tl.load(row_src[:, None, None] + d, mask=live3, other=0.0).to(tl.float32)
     xr = tl.load(row_src[:, None] + NOPE_DIM + j, mask=live2, other=0.0).to(tl.float32)
     x_partner = tl.load(row_src[:, None] + ((NOPE_DIM + j) ^ 1), mask=live2,
@@ -315,10 +327,6 @@ def fused_inv_rope_fp8_quant_kernel(
     x_sub = xr * cos_v - x_partner * sin_v
     rope = tl.where((j & 1) == 0, x_add, x_sub)
 
-    # vLLM's output buffer (n_groups, num_tokens, d), contiguous (checks.py): strides
-    # from constexprs, so every row starts 16-byte aligned as far as the compiler knows.
-    row_dst = (out_ptr + group * (num_tokens.to(tl.int64) * OUT_ROW) + tok * OUT_ROW
-               + head_in_group * HEAD_DIM)
     is_nope = live3 & (d < NOPE_DIM)
     if not QUANTIZE:
         tl.store(row_dst[:, None, None] + d, x, mask=is_nope)
@@ -355,7 +363,7 @@ def fused_inv_rope_fp8_quant_kernel(
         # Scale rows [num_tokens, rows) are the TMA pad: zeros, as vLLM writes them.
         in_rows = ((tok < rows) & live_h)[:, None]
         pad = (~live_t)[:, None]
-        scale_row = (scale_ptr + group * scale_stride_group.to(tl.int64) + tok)[:, None]
+        scale_row = scale_row[:, None]
         stride_k = scale_stride_k.to(tl.int64)
         if TMA_ALIGNED_SCALES:
             PACKED: tl.constexpr = CHUNKS_PER_HEAD // 4

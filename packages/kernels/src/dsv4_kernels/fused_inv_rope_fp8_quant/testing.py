@@ -309,10 +309,11 @@ BUILD_TILES: tuple[tuple[int, int, int, str], ...] = (
 )
 """Tiles the CPU tests build offline: each body from its smallest tile to 16 warps."""
 
-PTX_COUNTED: tuple[str, ...] = ("griddepcontrol.wait", "ld.global.b16", "st.global.b8",
-                                "st.global.b16")
-"""PTX instructions each offline build counts: the PDL wait, and the bf16 loads and FP8
-stores of single lanes that a lost alignment hint would turn whole vectors into."""
+PTX_COUNTED: tuple[str, ...] = ("griddepcontrol.wait", "ld.global.v4.b32", "ld.global.b16",
+                                "st.global.b8", "st.global.b16")
+"""PTX instructions each offline build counts: the PDL wait, 16-byte loads, and the bf16
+loads and FP8 stores of single lanes that a lost alignment hint would turn whole vectors
+into."""
 
 
 @dataclass(frozen=True)
