@@ -36,3 +36,11 @@ def test_instructions_are_counted_by_their_whole_name() -> None:
               "st.global.b16", "ld.global")) == {
         "griddepcontrol.wait": 2, "ld.global.b16": 1, "ld.global.v4.b32": 1,
         "st.global.b8": 1, "st.global.b16": 0, "ld.global": 0}
+
+
+def test_first_lines_keep_the_compilers_order() -> None:
+    ptx = ("\tgriddepcontrol.launch_dependents;\n\tmov.b64 %rd1, %rd2;\n"
+           "\tgriddepcontrol.wait;\n\tgriddepcontrol.wait;\n")
+    assert offline_build.first_lines(
+        ptx, ("griddepcontrol.wait", "griddepcontrol.launch_dependents", "st.global.b8")) == {
+        "griddepcontrol.wait": 2, "griddepcontrol.launch_dependents": 0, "st.global.b8": -1}

@@ -30,19 +30,36 @@ _ON = ("1", "true", "on", "yes", "y")
 @dataclass(frozen=True)
 class Built:
     """What one offline build gave: ``ok``, or the compiler's ``error`` (one line); the
-    shared memory it uses, and how often each PTX instruction asked for occurs in it."""
+    shared memory it uses, and how often and first where each PTX instruction asked for
+    occurs in it."""
 
     ok: bool
     error: str = ""
     shared_bytes: int = 0
     ptx_counts: dict[str, int] = field(default_factory=dict)
+    ptx_first: dict[str, int] = field(default_factory=dict)
+
+
+def _instruction(name: str) -> str:
+    """A pattern for ``name`` as a whole instruction name: ``ld.global.b16`` does not
+    match ``ld.global.b16x2``."""
+    return rf"(?<![\w.]){re.escape(name)}(?![\w.])"
 
 
 def count_instructions(ptx: str, instructions: tuple[str, ...]) -> dict[str, int]:
-    """How many times each of ``instructions`` (``ld.global.b16``...) occurs in ``ptx``
-    as a whole instruction name: ``ld.global.b16`` does not count ``ld.global.b16x2``."""
-    return {name: len(re.findall(rf"(?<![\w.]){re.escape(name)}(?![\w.])", ptx))
-            for name in instructions}
+    """How many times each of ``instructions`` (``ld.global.b16``...) occurs in ``ptx``."""
+    return {name: len(re.findall(_instruction(name), ptx)) for name in instructions}
+
+
+def first_lines(ptx: str, instructions: tuple[str, ...]) -> dict[str, int]:
+    """The line of ``ptx`` where each of ``instructions`` first occurs (-1 where none does):
+    the order in which the compiler left them."""
+    lines = ptx.splitlines()
+    found = {}
+    for name in instructions:
+        pattern = re.compile(_instruction(name))
+        found[name] = next((i for i, line in enumerate(lines) if pattern.search(line)), -1)
+    return found
 
 
 def reason(message: str) -> str:
@@ -64,8 +81,9 @@ def build(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
     ``signature`` maps every non-constexpr parameter to its Triton type (``*bf16``,
     ``i32``...), ``constexprs`` gives every constexpr's value, and the parameters named
     in ``aligned`` are 16-byte aligned (as the launcher's pointers are). The PTX
-    instructions named in ``count`` are counted in the binary's PTX
-    (:func:`count_instructions`). A compiler refusal is a result, not an exception."""
+    instructions named in ``count`` are counted in the binary's PTX, and the line of
+    each one's first use is kept (:func:`count_instructions`, :func:`first_lines`). A
+    compiler refusal is a result, not an exception."""
     if os.environ.get("TRITON_INTERPRET", "").strip().lower() in _ON:
         raise RuntimeError("offline_build: TRITON_INTERPRET is set; the interpreter replaces "
                            "Triton's compiler, so unset it to build binaries")
@@ -90,8 +108,9 @@ def build(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
                                       options={"num_warps": num_warps, "num_stages": 1})
     except Exception as exc:  # every compiler failure is an answer, not a crash
         return Built(False, f"{type(exc).__name__}: {reason(str(exc))}")
+    ptx = compiled.asm["ptx"]
     return Built(True, shared_bytes=int(compiled.metadata.shared),
-                 ptx_counts=count_instructions(compiled.asm["ptx"], count))
+                 ptx_counts=count_instructions(ptx, count), ptx_first=first_lines(ptx, count))
 
 
 def run_child(module: str, function: str, payload: str, timeout_s: float = 900.0) -> str:

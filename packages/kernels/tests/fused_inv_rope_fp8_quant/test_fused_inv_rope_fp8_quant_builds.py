@@ -123,6 +123,19 @@ def test_head_rows_keeps_whole_vectors_through_the_wait(built: dict) -> None:
     assert not wrong, wrong
 
 
+def test_dependents_are_released_before_the_wait(built: dict) -> None:
+    """The wait is a pure asm (so the compiler may drop its copies), and a pure asm may
+    be moved past side effects: every build with PDL must still release its dependents
+    before it first waits, or the next kernel's launch would no longer overlap this
+    one's wait."""
+    with_pdl = [spec for spec in built if spec.launch_pdl and built[spec]["ok"]]
+    assert {spec.body for spec in with_pdl} == set(checks.BODIES)
+    late = {str(spec): built[spec]["ptx_first"] for spec in with_pdl
+            if not 0 <= built[spec]["ptx_first"]["griddepcontrol.launch_dependents"]
+            < built[spec]["ptx_first"]["griddepcontrol.wait"]}
+    assert not late, late
+
+
 @pytest.mark.parametrize("capability", PIN_CAPABILITIES, ids=lambda c: f"sm{c[0]}{c[1]}")
 def test_the_checks_refuse_exactly_what_triton_cannot_build(built: dict,
                                                             capability: tuple[int, int]) -> None:

@@ -309,11 +309,12 @@ BUILD_TILES: tuple[tuple[int, int, int, str], ...] = (
 )
 """Tiles the CPU tests build offline: each body from its smallest tile to 16 warps."""
 
-PTX_COUNTED: tuple[str, ...] = ("griddepcontrol.wait", "ld.global.v4.b32", "ld.global.b16",
-                                "st.global.b8", "st.global.b16")
-"""PTX instructions each offline build counts: the PDL wait, 16-byte loads, and the bf16
-loads and FP8 stores of single lanes that a lost alignment hint would turn whole vectors
-into."""
+PTX_COUNTED: tuple[str, ...] = ("griddepcontrol.launch_dependents", "griddepcontrol.wait",
+                                "ld.global.v4.b32", "ld.global.b16", "st.global.b8",
+                                "st.global.b16")
+"""PTX instructions each offline build counts (and finds first): the PDL release and wait,
+16-byte loads, and the bf16 loads and FP8 stores of single lanes that a lost alignment
+hint would turn whole vectors into."""
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ def build(spec: Build) -> offline_build.Built:
 
 def builds_json(payload: str) -> str:
     """A JSON list of :class:`Build` fields in, a JSON list of ``{"build", "ok", "error",
-    "shared_bytes", "ptx_counts"}`` out (what :func:`dsv4_kernels.offline_build.run_child`
+    "shared_bytes", "ptx_counts", "ptx_first"}`` out (what :func:`dsv4_kernels.offline_build.run_child`
     runs)."""
     out = []
     for row in json.loads(payload):
