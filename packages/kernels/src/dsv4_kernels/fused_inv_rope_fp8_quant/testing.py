@@ -356,8 +356,8 @@ def build(spec: Build) -> offline_build.Built:
 
 def builds_json(payload: str) -> str:
     """A JSON list of :class:`Build` fields in, a JSON list of ``{"build", "ok", "error",
-    "shared_bytes", "ptx_counts", "ptx_first"}`` out (what :func:`dsv4_kernels.offline_build.run_child`
-    runs)."""
+    "shared_bytes", "ptx_counts", "ptx_first"}`` out (what
+    :func:`dsv4_kernels.offline_build.run_child` runs)."""
     out = []
     for row in json.loads(payload):
         spec = Build(**{**row, "capability": tuple(row["capability"])})
