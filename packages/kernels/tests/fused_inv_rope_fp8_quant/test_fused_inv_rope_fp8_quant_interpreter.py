@@ -236,7 +236,19 @@ BAD = [
     ("bool dim", lambda a: a.update(n_groups=True), "n_groups"),
     ("flag type", lambda a: a.update(quantize=1), "quantize"),
     ("odd nope", lambda a: a.update(nope_dim=447, rope_dim=65), "rope_dim"),
+    ("2**31 - 3 tokens", lambda a: a.update(o=a["o"][:1].expand(2**31 - 3, 16, 512)), "o"),
 ]
+
+
+def test_the_largest_token_count_is_accepted() -> None:
+    """2**31 - 4 tokens (2**31 - 4 scale rows) pass the checks, so the bound above is
+    exactly CUDA's grid; one more token is refused (the table above)."""
+    args = _valid()
+    o = args["o"][:1].expand(2**31 - 4, 16, 512)
+    positions = args["positions"][:1].expand(2**31 - 4)
+    with pytest.raises(ValueError, match="fused_inv_rope_fp8_quant: positions: got stride"):
+        checks.check_inputs(o, positions, args["cos_sin_cache"], 2, 8, 448, 64, 128, False,
+                            True)
 
 
 @pytest.mark.parametrize("label,mutate,arg", BAD, ids=[b[0] for b in BAD])

@@ -22,7 +22,11 @@ unit column stride; tensors on different devices; dimensions that are not Python
 ints (or flags that are not bools); tensors
 that are not 16-byte aligned, and row strides of ``o`` and ``cos_sin_cache`` that are
 not multiples of 16 elements (the kernel takes them in units of 16 elements, so that
-its loads are whole 16-byte vectors without specialising a binary on any stride).
+its loads are whole 16-byte vectors without specialising a binary on any stride); and
+2**31 scale rows or more (:data:`MAX_ROWS`: the token count, rounded up to a multiple of
+4 when quantising), which vLLM's kernel cannot launch either (one program per row along
+a CUDA grid's x, at most ``2**31 - 1``) and whose token indices the kernel compares in 32
+bits.
 
 Refused by the GPU it would run on (:func:`check_arch`), where Triton cannot build the
 binary (a compile error in the middle of a launch otherwise): ``quantize=True`` below
@@ -52,6 +56,11 @@ this body's rotation rounds differently from the specification on the H200 (the
 compiler fuses the other product of ``x * cos + x_partner * sin`` once the cos/sin loads
 come first), so fp16 and fp32 are refused and a caller runs vLLM's own kernel."""
 POSITION_DTYPES = (torch.int64, torch.int32)
+MAX_ROWS = 1 << 31
+"""Scale rows (the TMA-aligned token count) a call may have, exclusive: vLLM's kernel runs
+one program per row along the grid's x, which CUDA caps at ``2**31 - 1``, and the kernel
+bodies compare token indices with the row count in 32 bits (the block-rows body's scale
+mask: one instruction where the 64-bit compare took seven, sm90)."""
 MAX_WARPS = 16
 ALIGN_BYTES = 16
 STRIDE_MULTIPLE = 16
@@ -188,6 +197,12 @@ def check_inputs(o: object, positions: object, cos_sin_cache: object, n_groups: 
     if o.dtype not in O_DTYPES:
         raise fail("o", f"dtype {o.dtype}", "torch.bfloat16", fn)
     num_tokens, num_heads, head_dim = o.shape
+    if (-(-num_tokens // 4) * 4 if quantize else num_tokens) >= MAX_ROWS:
+        raise fail("o", f"{num_tokens} tokens",
+                   "a token count whose scale rows (rounded up to a multiple of 4 when "
+                   f"quantising) stay below 2**31 = {MAX_ROWS}: vLLM's kernel launches one "
+                   "program per row, and a CUDA grid has fewer than 2**31 along x; the "
+                   "kernel compares token indices in 32 bits", fn)
     if num_heads != n_groups * heads_per_group:
         raise fail("o", f"{num_heads} heads (shape {tuple(o.shape)})",
                    f"n_groups * heads_per_group = {n_groups} * {heads_per_group} = "

@@ -87,10 +87,11 @@ the GPU test ``test_pdl_wait_guards_o`` checks: a preceding kernel that releases
 dependents first and writes ``o`` last must still be seen. A caller whose positions or
 table are written by the kernel immediately before this op must launch it without PDL.
 
-The addresses move too: every row's addresses (in ``o``, the output and the scales) are
-made before the wait and handed through its instruction (:func:`_pdl_wait_returning`), so
-only the data's own arithmetic runs after it (compiled for sm90, the head-rows body's
-tile (2, 1, 1) runs 408 instructions after the wait instead of 453).
+The addresses move too: each row's addresses in ``o`` and in the output, and the start
+of its scales, are made before the wait and handed through its instruction
+(:func:`_pdl_wait_returning`), so little but the data's own arithmetic runs after it
+(compiled for sm90, the head-rows body's tile (2, 1, 1) runs 408 instructions after the
+wait; the same code with the addresses made after the wait runs 453).
 
 ``ARG_DTYPES`` is not used by the body: it names the dtypes of ``o`` and ``positions``
 (which select a binary as argument types do) among the constexprs, so that a launcher
@@ -175,10 +176,10 @@ def _exp2_ceil_log2(x):
     0``), which gives ``m`` = 1, 2, 3, 6, 12 and 23 from ``|e|`` = 1, 4, 8, 16, 32 and 64.
     The multiplier may be anything from 1.392 to 1.454 (``1 / ln 2 = 1.4427``) without
     moving one of those thresholds, so neither ``log2``'s error nor the constant's
-    rounding changes a result. Checked on the GPU at every float32 from ``2**-43`` to
-    ``2**121``, +inf and NaN against the compiled ``exp2(ceil(log2(x)))``
-    (``test_exp2_ceil_log2_every_float``), and on the CPU around every threshold against
-    torch's float32 ``log2`` (``test_exp2_ceil_log2_thresholds``).
+    rounding changes a result. The GPU test ``test_exp2_ceil_log2_every_float`` compares it
+    with the compiled ``exp2(ceil(log2(x)))`` at every float32 from ``2**-43`` to
+    ``2**121``, +inf and NaN, and the CPU test ``test_exp2_ceil_log2_thresholds`` with
+    torch's float32 ``log2`` around every threshold.
 
     ``x`` here is ``max(amax, eps) / fp8_max >= 2**-43``; +inf gives +inf (``e = 128``,
     ``f = 0``) and NaN comes back as it came."""
@@ -211,7 +212,8 @@ def _power_of_two_scale(block_absmax, fp8_max: tl.constexpr):
 @triton.jit
 def _pdl_wait_returning(src, dst, scale_at, SRC_ALIGN: tl.constexpr, DST_ALIGN: tl.constexpr):
     """The PDL wait (``griddepcontrol.wait``), handing a row's three addresses back
-    through it: in ``o``, in the output and in the scales (both bodies).
+    through it: in ``o``, in the output and in the scales (both bodies; the block-rows
+    body's packed UE8M0 scales, addressed per four blocks, are addressed after it).
 
     Why: the compiler places the arithmetic of an address next to its load or store, so
     with a plain ``gdc_wait`` every address (a dozen dependent integer operations each)
@@ -311,8 +313,10 @@ def fused_inv_rope_fp8_quant_kernel(
     scale_row = scale_ptr + group * scale_stride_group.to(tl.int64) + tok
     if launch_pdl:
         tl.extra.cuda.gdc_launch_dependents()
-        row_src, row_dst, scale_row = _pdl_wait_returning(row_src, row_dst, scale_row, 16,
-                                                          min(16, HEAD_DIM))
+        # In bytes: 16-byte aligned buffers (checks.py), rows of 16 elements of ``o`` and
+        # of HEAD_DIM elements of the output (FP8, or bf16 when not quantising).
+        row_src, row_dst, scale_row = _pdl_wait_returning(
+            row_src, row_dst, scale_row, 16, min(16, HEAD_DIM * (1 if QUANTIZE else 2)))
 
     # Each row as [CHUNKS_PER_HEAD, QUANT_GROUP_SIZE]: lane d = chunk * group size + k.
     # ``o`` is the preceding kernel's output: read only after the wait.
@@ -433,8 +437,8 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
       are loaded per pair (masked off outside the rope lanes) before the PDL wait.
 
     After the PDL wait a warp runs as few instructions as the bytes allow, nothing goes
-    through shared memory and no warp waits for another: every address (in ``o``, in
-    the output, at the scale) is made before the wait and handed through it
+    through shared memory and no warp waits for another: each row's addresses (in ``o``,
+    in the output, at its FP32 scale) are made before the wait and handed through it
     (:func:`_pdl_wait_returning`), a block's amax is one reduction over both lanes of
     each pair, the scale is made from its argument's bits with one fused multiply-add
     (:func:`_exp2_ceil_log2`) and its reciprocal with an integer max, and the scale is
@@ -503,9 +507,9 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
         tl.extra.cuda.gdc_launch_dependents()
         # What the compiler knew before the wait, in bytes: 16-byte aligned buffers
         # (checks.py), row strides of 16 elements, blocks of the group size.
-        src, dst, scale_at = _pdl_wait_returning(src, dst, scale_at,
-                                                 min(16, 2 * QUANT_GROUP_SIZE),
-                                                 min(16, QUANT_GROUP_SIZE))
+        src, dst, scale_at = _pdl_wait_returning(
+            src, dst, scale_at, min(16, 2 * QUANT_GROUP_SIZE),
+            min(16, QUANT_GROUP_SIZE * (1 if QUANTIZE else 2)))
     # ``o`` is the preceding kernel's output: read only after the wait.
     k = tl.arange(0, QUANT_GROUP_SIZE)[None, :]
     x = tl.load(src[:, None] + k, mask=live[:, None], other=0.0).to(tl.float32)
@@ -546,7 +550,8 @@ def fused_inv_rope_fp8_quant_block_rows_kernel(
             _store_per_row(p_addr, packed, (p_tok < rows) & p_live_h)
         else:
             scales = tl.where(live_t, scales, 0.0)
-            # tok < rows + BLOCK_T < 2**31: compared in 32 bits, one instruction.
+            # rows < 2**31 (checks.MAX_ROWS) is an int32, and tok < cdiv(rows, BLOCK_T) *
+            # BLOCK_T <= 2**31 (BLOCK_T a power of two): the compare fits 32 bits.
             _store_per_row(scale_at, scales, (tok.to(tl.int32) < rows) & live_h)
 
 
